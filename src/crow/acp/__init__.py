@@ -1,0 +1,64 @@
+"""crow.acp: the Agent Client Protocol v2 in Python, both roles.
+
+Layers, bottom up: ``schema`` (generated wire models), ``connection`` (the
+sans-I/O JSON-RPC core), ``jsonrpc`` (the async peer), ``transports`` (stdio),
+``agent`` / ``client`` (the two roles) and ``projection`` (what a client knows
+of a session).  Nothing here imports the rest of Crow.
+"""
+
+from . import schema
+from .agent import PROTOCOL_VERSION, AgentSide
+from .client import ClientSide, Session
+from .connection import Connection
+from .errors import (
+    AcpError,
+    AcpUsageError,
+    AuthRequired,
+    ConnectionClosed,
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    MessageTooLarge,
+    MethodNotFound,
+    ParseError,
+    RequestCancelled,
+    ResourceNotFound,
+    SessionNotFound,
+    UnsupportedProtocolVersion,
+)
+from .jsonrpc import Peer, Transport
+from .projection import Message, SessionProjection, Terminal, ToolCall, Turn
+from .transports.stdio import StdioTransport, open_stdio, spawn
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AcpError",
+    "AcpUsageError",
+    "AgentSide",
+    "AuthRequired",
+    "ClientSide",
+    "Connection",
+    "ConnectionClosed",
+    "InternalError",
+    "InvalidParams",
+    "InvalidRequest",
+    "Message",
+    "MessageTooLarge",
+    "MethodNotFound",
+    "ParseError",
+    "Peer",
+    "RequestCancelled",
+    "ResourceNotFound",
+    "Session",
+    "SessionNotFound",
+    "SessionProjection",
+    "StdioTransport",
+    "Terminal",
+    "ToolCall",
+    "Transport",
+    "Turn",
+    "UnsupportedProtocolVersion",
+    "open_stdio",
+    "schema",
+    "spawn",
+]

@@ -1,0 +1,286 @@
+"""The client role: typed calls to an agent, and a projection per session.
+
+``ClientSide`` owns one connection.  It installs its ``session/update`` and
+``session/request_permission`` handling before any session exists (§7.2: updates
+may arrive before the response that names their session), folds every update
+into that session's ``SessionProjection``, and tells listeners about it.
+
+    async with ClientSide(transport, info=...) as client:
+        await client.initialize()
+        session = await client.new_session(cwd)
+        turn = await session.prompt("hello")
+        await session.wait(turn)          # running/requires_action -> idle
+        print(session.projection.text(), turn.stop_reason)
+        await session.close()
+
+Permission requests go to ``on_permission``; without one the client answers
+``cancelled`` (a headless client must answer, §7.4).  ``cancel`` answers the
+session's pending permission requests with ``cancelled`` (§7.3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import schema
+from .connection import Connection
+from .errors import AcpError, MethodNotFound, ResourceNotFound
+from .jsonrpc import Peer, Transport
+from .projection import SessionProjection, Turn
+
+__all__ = ["ClientSide", "Session"]
+
+log = logging.getLogger("crow.acp")
+
+PROTOCOL_VERSION = 2
+PermissionHandler = Callable[
+    [schema.RequestPermissionRequest], Awaitable[schema.RequestPermissionResponse]
+]
+UpdateListener = Callable[[str, Any], None]
+
+_CANCELLED = {"outcome": {"outcome": "cancelled"}}
+
+
+class ClientSide:
+    """One connection, seen from the client."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        info: schema.Implementation,
+        capabilities: schema.ClientCapabilities | None = None,
+        on_permission: PermissionHandler | None = None,
+    ) -> None:
+        self.info = info
+        self.capabilities = capabilities or schema.ClientCapabilities()
+        self.on_permission = on_permission
+        self.agent: schema.InitializeResponse | None = None
+        self.peer = Peer(
+            transport,
+            on_request=self._on_request,
+            on_notification=self._on_notification,
+            connection=Connection(),
+        )
+        self.projections: dict[str, SessionProjection] = {}
+        self._listeners: list[UpdateListener] = []
+        self._state_changed: dict[str, asyncio.Event] = {}  # fired, then replaced
+        self._permission_tasks: dict[str, set[asyncio.Task[Any]]] = {}
+        self._runner: asyncio.Task[None] | None = None
+
+    # ---- lifetime -------------------------------------------------------------
+    async def __aenter__(self) -> ClientSide:
+        self._runner = asyncio.create_task(self._run(), name="acp-client")
+        return self
+
+    async def _run(self) -> None:
+        try:
+            await self.peer.run()
+        finally:
+            for event in self._state_changed.values():
+                event.set()  # wake waiters: they see the connection closed
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.peer.aclose()
+        if self._runner is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+
+    @property
+    def closed(self) -> asyncio.Event:
+        return self.peer.closed
+
+    def on_update(self, listener: UpdateListener) -> None:
+        """Call ``listener(session_id, update)`` after each update is applied."""
+        self._listeners.append(listener)
+
+    # ---- calls ----------------------------------------------------------------
+    async def initialize(self) -> schema.InitializeResponse:
+        """Send ``initialize``; raises AcpError if the agent does not speak v2."""
+        request = schema.InitializeRequest(
+            protocol_version=PROTOCOL_VERSION, info=self.info, capabilities=self.capabilities
+        )
+        result = await self.peer.request("initialize", request.to_wire())
+        response = schema.InitializeResponse.model_validate(result)
+        if response.protocol_version != PROTOCOL_VERSION:
+            raise AcpError(
+                f"The agent answered protocol version {response.protocol_version}; "
+                f"this client speaks {PROTOCOL_VERSION}"
+            )
+        self.agent = response
+        return response
+
+    async def call(self, method: str, params: schema.AcpModel) -> Any:
+        """Send a typed request; returns the validated result model."""
+        result = await self.peer.request(method, params.to_wire())
+        _, result_type = schema.AGENT_METHODS.get(method, (None, None))
+        return result_type.model_validate(result) if result_type is not None else result
+
+    async def new_session(
+        self,
+        cwd: str,
+        *,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Sequence[str] | None = None,
+    ) -> Session:
+        request = schema.NewSessionRequest(cwd=cwd)
+        if mcp_servers:
+            request.mcp_servers = list(mcp_servers)
+        if additional_directories is not None:
+            request.additional_directories = list(additional_directories)
+        response: schema.NewSessionResponse = await self.call("session/new", request)
+        return Session(self, response.session_id, response)
+
+    async def list_sessions(
+        self, *, cwd: str | None = None, cursor: str | None = None
+    ) -> schema.ListSessionsResponse:
+        request = schema.ListSessionsRequest()
+        if cwd is not None:
+            request.cwd = cwd
+        if cursor is not None:
+            request.cursor = cursor
+        response: schema.ListSessionsResponse = await self.call("session/list", request)
+        return response
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        *,
+        replay: bool = True,
+        mcp_servers: Sequence[Any] = (),
+        additional_directories: Sequence[str] | None = None,
+    ) -> Session:
+        """Resume; with ``replay`` the history arrives (as updates) before this returns."""
+        request = schema.ResumeSessionRequest(session_id=session_id, cwd=cwd)
+        if replay:
+            request.replay_from = schema.ReplayFromStart()
+        if mcp_servers:
+            request.mcp_servers = list(mcp_servers)
+        if additional_directories is not None:
+            request.additional_directories = list(additional_directories)
+        if replay:  # a fresh projection: the replay rebuilds it
+            self.projections[session_id] = SessionProjection(session_id)
+        response = await self.call("session/resume", request)
+        return Session(self, session_id, response)
+
+    async def close_session(self, session_id: str) -> None:
+        """Close; an unknown session counts as closed (§5.4)."""
+        with contextlib.suppress(ResourceNotFound):
+            await self.call("session/close", schema.CloseSessionRequest(session_id=session_id))
+
+    async def delete_session(self, session_id: str) -> None:
+        with contextlib.suppress(ResourceNotFound):
+            await self.call("session/delete", schema.DeleteSessionRequest(session_id=session_id))
+
+    async def prompt(self, session_id: str, blocks: Sequence[Any]) -> tuple[Any, Turn]:
+        """Send a prompt; returns the acknowledgement and the Turn to wait on."""
+        turn = self.projection(session_id).begin_turn()
+        request = schema.PromptRequest(session_id=session_id, prompt=list(blocks))
+        try:
+            response = await self.call("session/prompt", request)
+        except BaseException:
+            self.projection(session_id).turns.remove(turn)  # nothing was inserted
+            raise
+        return response, turn
+
+    async def cancel(self, session_id: str) -> None:
+        """``session/cancel``, and answer this session's open permission questions."""
+        for task in self._permission_tasks.get(session_id, set()):
+            task.cancel()
+        await self.peer.notify("session/cancel", {"sessionId": session_id})
+
+    async def wait(self, session_id: str, turn: Turn) -> Turn:
+        """Wait until ``turn`` ended (the caller bounds the wait)."""
+        while not turn.done:
+            if self.peer.closed.is_set():
+                raise ConnectionError("the agent closed the connection during the turn")
+            event = self._state_changed.get(session_id)
+            if event is None:
+                event = self._state_changed[session_id] = asyncio.Event()
+            await event.wait()
+        return turn
+
+    # ---- inbound --------------------------------------------------------------
+    def projection(self, session_id: str) -> SessionProjection:
+        proj = self.projections.get(session_id)
+        if proj is None:
+            proj = self.projections[session_id] = SessionProjection(session_id)
+        return proj
+
+    async def _on_notification(self, method: str, params: dict[str, Any] | None) -> None:
+        if method != "session/update":
+            return
+        try:
+            note = schema.UpdateSessionNotification.model_validate(params or {})
+        except ValidationError as exc:
+            log.warning("dropping a malformed session/update: %s", exc.errors()[0].get("msg"))
+            return
+        self.projection(note.session_id).apply(note.update)
+        for listener in self._listeners:
+            listener(note.session_id, note.update)
+        if getattr(note.update, "session_update", None) == "state_update":
+            event = self._state_changed.pop(note.session_id, None)
+            if event is not None:
+                event.set()
+
+    async def _on_request(self, method: str, params: dict[str, Any] | None) -> Any:
+        if method != "session/request_permission":
+            raise MethodNotFound.for_method(method)
+        request = schema.RequestPermissionRequest.model_validate(params or {})
+        if self.on_permission is None:
+            return _CANCELLED
+        task = asyncio.ensure_future(self.on_permission(request))
+        tasks = self._permission_tasks.setdefault(request.session_id, set())
+        tasks.add(task)
+        try:
+            response = await task
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # we were cancelled ($/cancel_request): the peer answers -32800
+            return _CANCELLED  # session/cancel answered it
+        finally:
+            tasks.discard(task)
+        return response.to_wire()
+
+
+class Session:
+    """A session as the client sees it: its projection and calls on it."""
+
+    def __init__(self, client: ClientSide, session_id: str, response: Any) -> None:
+        self.client = client
+        self.id = session_id
+        self.response = response
+        self.projection = client.projection(session_id)
+
+    async def prompt(self, *content: str | Any) -> Turn:
+        """Send a prompt of text and/or ContentBlock models; returns its Turn."""
+        blocks = [schema.TextContent(text=c) if isinstance(c, str) else c for c in content]
+        response, turn = await self.client.prompt(self.id, blocks)
+        self.last_prompt_response = response
+        return turn
+
+    async def wait(self, turn: Turn) -> Turn:
+        return await self.client.wait(self.id, turn)
+
+    async def run(self, *content: str | Any) -> Turn:
+        """Prompt and wait for the end of the turn."""
+        return await self.wait(await self.prompt(*content))
+
+    async def cancel(self) -> None:
+        await self.client.cancel(self.id)
+
+    async def close(self) -> None:
+        await self.client.close_session(self.id)

@@ -1,0 +1,313 @@
+"""The sans-I/O JSON-RPC core of one ACP connection.
+
+``Connection`` owns the bookkeeping of a connection and nothing else: it turns an
+inbound frame (the bytes of one message) into events, mints ids for outbound
+requests and matches their responses, remembers which inbound requests still owe
+a reply, and enforces the initialize gate.  It never reads, writes, sleeps or
+spawns; the async ``Peer`` in ``jsonrpc.py`` adds tasks and a transport.
+
+Bad input never raises out of ``receive``: it becomes a ``Send`` event carrying
+the error reply (ACP-V2.md §2.3), and the connection stays usable.
+
+Batches follow the spec repository (§2.4, [H]): the entries of an array are
+handled as one ``Batch`` whose replies go back as one array; with
+``reject_batches=True`` an array gets one ``-32600`` instead, as the TS SDK does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from .errors import (
+    AcpError,
+    AcpUsageError,
+    InvalidRequest,
+    MessageTooLarge,
+    ParseError,
+)
+
+__all__ = [
+    "Batch",
+    "CancelRequest",
+    "Connection",
+    "Event",
+    "Notification",
+    "Request",
+    "RequestId",
+    "Response",
+    "Send",
+    "encode",
+]
+
+log = logging.getLogger("crow.acp")
+
+RequestId: TypeAlias = int | str
+CANCEL_REQUEST = "$/cancel_request"
+INITIALIZE = "initialize"
+
+
+# --- events ------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Request:
+    """An inbound request: answer it with ``Connection.result`` or ``.error``."""
+
+    id: RequestId
+    method: str
+    params: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Notification:
+    """An inbound notification (never answered)."""
+
+    method: str
+    params: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Response:
+    """The reply to one of our requests: ``error`` is None on success."""
+
+    id: RequestId
+    method: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelRequest:
+    """The peer withdrew one of its in-flight requests (``$/cancel_request``)."""
+
+    id: RequestId
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Send:
+    """A message the connection produced by itself (an error reply): write it."""
+
+    message: dict[str, Any] | list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """The requests and notifications of one inbound JSON array.
+
+    ``errors`` are the replies already owed for invalid entries; the replies to
+    ``requests`` join them, and all go back as one array.
+    """
+
+    requests: tuple[Request, ...]
+    notifications: tuple[Notification, ...]
+    errors: tuple[dict[str, Any], ...] = field(default=())
+
+
+Event: TypeAlias = Request | Notification | Response | CancelRequest | Send | Batch
+
+
+def encode(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+    """Compact JSON, one line: a message never contains a raw newline (§2)."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _id_key(value: RequestId) -> str:
+    # "7" and 7 name the same request when matching (MCP's coerce_request_id);
+    # replies still echo the id exactly as it came.
+    return str(value)
+
+
+_ID_PREFIX = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")')
+
+
+class Connection:
+    """JSON-RPC state of one connection, for either role.
+
+    ``require_initialize``: the agent side answers every request but
+    ``initialize`` with ``-32600`` (and drops notifications other than
+    ``$/cancel_request``) until ``initialized()`` is called (§3.4).
+    """
+
+    def __init__(self, *, require_initialize: bool = False, reject_batches: bool = False) -> None:
+        self.require_initialize = require_initialize
+        self.reject_batches = reject_batches
+        self.is_initialized = not require_initialize
+        self._next_id = 0
+        self._outbound: dict[str, str] = {}  # id key -> method, awaiting a reply
+        self._inbound: dict[str, RequestId] = {}  # id key -> id, owing a reply
+
+    # ---- inbound ------------------------------------------------------------
+    def receive(self, frame: bytes) -> list[Event]:
+        """Parse one frame into events.  Never raises for bad input."""
+        try:
+            message = json.loads(frame)
+        except (ValueError, UnicodeDecodeError):
+            if not frame.strip():
+                return []  # blank lines are tolerated (§2)
+            return [Send(message=_error_message(None, ParseError()))]
+        if isinstance(message, list):
+            return self._receive_batch(message)
+        event = self._classify(message)
+        if isinstance(event, dict):
+            return [Send(message=event)]
+        return [event] if event is not None else []
+
+    def receive_oversized(self, prefix: bytes) -> list[Event]:
+        """A frame past the size limit was discarded; ``prefix`` is its start."""
+        match = _ID_PREFIX.search(prefix)
+        rid: RequestId | None = json.loads(match.group(1)) if match else None
+        if rid is not None:
+            self._inbound.pop(_id_key(rid), None)
+        err = MessageTooLarge("Message too large: it exceeds this connection's size limit")
+        return [Send(message=_error_message(rid, err))]
+
+    def _receive_batch(self, entries: list[Any]) -> list[Event]:
+        if not entries:
+            return [Send(message=_error_message(None, InvalidRequest("Empty batch")))]
+        if self.reject_batches:
+            err = InvalidRequest("Batches are not supported on this connection")
+            return [Send(message=_error_message(None, err))]
+        requests: list[Request] = []
+        notifications: list[Notification] = []
+        errors: list[dict[str, Any]] = []
+        others: list[Event] = []
+        for entry in entries:
+            event = self._classify(entry)
+            if isinstance(event, dict):
+                errors.append(event)
+            elif isinstance(event, Request):
+                requests.append(event)
+            elif isinstance(event, Notification):
+                notifications.append(event)
+            elif event is not None:
+                others.append(event)  # responses and cancels inside a batch
+        if not requests and not notifications and not errors:
+            return others
+        batch = Batch(
+            requests=tuple(requests), notifications=tuple(notifications), errors=tuple(errors)
+        )
+        return [*others, batch]
+
+    def _classify(self, msg: Any) -> Event | dict[str, Any] | None:
+        """An event, an error reply owed (a dict), or None to ignore silently."""
+        if not isinstance(msg, dict):
+            return _error_message(None, InvalidRequest("A message must be a JSON object"))
+        has_id = "id" in msg
+        rid = msg.get("id")
+        id_ok = isinstance(rid, (int, str)) and not isinstance(rid, bool)
+        if "method" not in msg and has_id and ("result" in msg or "error" in msg):
+            return self._classify_response(msg, rid if id_ok else None)
+        if msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
+            if not has_id:
+                return None  # a malformed notification: nothing to answer
+            return _error_message(
+                rid if id_ok else None,
+                InvalidRequest(
+                    'Not a JSON-RPC 2.0 request: it needs "jsonrpc": "2.0" and a string "method"'
+                ),
+            )
+        params = msg.get("params")
+        if params is not None and not isinstance(params, dict):
+            if not has_id:
+                return None
+            return _error_message(
+                rid if id_ok else None, InvalidRequest("params must be an object")
+            )
+        method: str = msg["method"]
+        if not has_id:
+            return self._classify_notification(method, params)
+        if not id_ok:
+            return _error_message(
+                None, InvalidRequest("A request id must be a string or an integer")
+            )
+        return self._classify_request(rid, method, params)
+
+    def _classify_request(
+        self, rid: RequestId, method: str, params: dict[str, Any] | None
+    ) -> Event | dict[str, Any]:
+        if self.require_initialize:
+            if not self.is_initialized and method != INITIALIZE:
+                return _error_message(
+                    rid, InvalidRequest(f"{method} before initialize: send initialize first")
+                )
+            if self.is_initialized and method == INITIALIZE:
+                return _error_message(rid, InvalidRequest("The connection is already initialized"))
+        key = _id_key(rid)
+        if key in self._inbound:
+            return _error_message(
+                rid, InvalidRequest(f"Request id {rid!r} is still in use by an earlier request")
+            )
+        self._inbound[key] = rid
+        return Request(id=rid, method=method, params=params)
+
+    def _classify_notification(self, method: str, params: dict[str, Any] | None) -> Event | None:
+        if method == CANCEL_REQUEST:
+            rid = (params or {}).get("requestId")
+            if isinstance(rid, (int, str)) and not isinstance(rid, bool):
+                return CancelRequest(id=rid)
+            return None
+        if not self.is_initialized:
+            return None  # dropped before initialize (§3.4)
+        return Notification(method=method, params=params)
+
+    def _classify_response(self, msg: dict[str, Any], rid: RequestId | None) -> Event | None:
+        method = self._outbound.pop(_id_key(rid), None) if rid is not None else None
+        if method is None:
+            log.debug("ignoring a response to unknown request id %r", rid)
+            return None
+        error = msg.get("error")
+        if "error" in msg and not isinstance(error, dict):
+            error = {"code": -32603, "message": "Malformed error object", "data": error}
+        assert rid is not None
+        return Response(id=rid, method=method, result=msg.get("result"), error=error)
+
+    # ---- outbound -----------------------------------------------------------
+    def request(self, method: str, params: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+        """Mint an id for a new outbound request; returns (id, message)."""
+        rid = self._next_id
+        self._next_id += 1
+        self._outbound[_id_key(rid)] = method
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            msg["params"] = params
+        return rid, msg
+
+    def forget_request(self, rid: RequestId) -> dict[str, Any] | None:
+        """Stop waiting for ``rid``; returns the ``$/cancel_request`` to send, if any."""
+        if self._outbound.pop(_id_key(rid), None) is None:
+            return None
+        return self.notification(CANCEL_REQUEST, {"requestId": rid})
+
+    @staticmethod
+    def notification(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            msg["params"] = params
+        return msg
+
+    def result(self, rid: RequestId, result: Any) -> dict[str, Any]:
+        """The reply to inbound request ``rid``.  Raises AcpUsageError if already answered."""
+        self._settle(rid)
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+    def error(self, rid: RequestId, err: AcpError) -> dict[str, Any]:
+        """The error reply to inbound request ``rid``."""
+        self._settle(rid)
+        return _error_message(rid, err)
+
+    def _settle(self, rid: RequestId) -> None:
+        if self._inbound.pop(_id_key(rid), None) is None:
+            raise AcpUsageError(f"request {rid!r} is not awaiting a reply (answered twice?)")
+
+    def initialized(self) -> None:
+        """Open the initialize gate: ``initialize`` was answered successfully."""
+        self.is_initialized = True
+
+    def owes_reply(self, rid: RequestId) -> bool:
+        return _id_key(rid) in self._inbound
+
+
+def _error_message(rid: RequestId | None, err: AcpError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": err.to_error()}

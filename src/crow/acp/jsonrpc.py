@@ -1,0 +1,322 @@
+"""The async JSON-RPC peer: one per connection, either role.
+
+``Peer`` drives a sans-I/O ``Connection`` over a ``Transport``:
+
+- each inbound request runs in its own task, so a slow handler never stalls the
+  read loop; ``$/cancel_request`` cancels that task and the peer still answers,
+  with ``-32800`` (ACP-V2.md §2.5: unlike MCP, ACP always answers);
+- notifications run in arrival order per session (keyed by ``params.sessionId``),
+  each session on its own worker, so one slow session does not hold up another;
+- outbound messages leave in the order they were sent: they are queued
+  synchronously and one writer task drains the queue, many frames per write;
+- exceptions become JSON-RPC errors in exactly one place, ``_answer``: an
+  ``AcpError`` as itself, a pydantic ``ValidationError`` as ``-32602`` with the
+  detail in ``data``, anything else logged and answered ``-32603``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from .connection import (
+    Batch,
+    CancelRequest,
+    Connection,
+    Event,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    Send,
+    encode,
+)
+from .errors import (
+    AcpError,
+    ConnectionClosed,
+    InternalError,
+    InvalidParams,
+    MessageTooLarge,
+    RequestCancelled,
+)
+
+__all__ = ["NotificationHandler", "Peer", "RequestHandler", "Transport"]
+
+log = logging.getLogger("crow.acp")
+
+#: Queued outbound frames past which ``notify`` waits for the writer to catch up.
+OUTBOX_HIGH_WATER = 4096
+#: How long shutdown waits for in-flight handlers and the last writes.
+SHUTDOWN_WAIT_S = 0.5
+
+RequestHandler = Callable[[str, dict[str, Any] | None], Awaitable[Any]]
+NotificationHandler = Callable[[str, dict[str, Any] | None], Awaitable[None]]
+
+
+class Transport(Protocol):
+    """Moves frames (the bytes of one JSON-RPC message) and nothing else."""
+
+    async def read_frame(self) -> bytes | None:
+        """The next frame; None once the peer has gone.  Raises MessageTooLarge
+        (with ``.prefix``) for a frame past the limit, after discarding it."""
+        ...
+
+    async def write_frames(self, frames: list[bytes]) -> None:
+        """Write frames in order.  Raises ConnectionError if the peer has gone."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+class Peer:
+    """One end of an ACP connection: send requests, serve the peer's requests."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        on_request: RequestHandler,
+        on_notification: NotificationHandler,
+        connection: Connection | None = None,
+    ) -> None:
+        self.transport = transport
+        self.connection = connection or Connection()
+        self._on_request = on_request
+        self._on_notification = on_notification
+        self._waiting: dict[str, asyncio.Future[Response]] = {}
+        self._handlers: dict[str, asyncio.Task[None]] = {}
+        self._cancelled_by_peer: set[str] = set()
+        self._queues: dict[Any, list[Notification]] = {}
+        self._workers: dict[Any, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._outbox: list[bytes] = []
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._closed = False
+        self.closed = asyncio.Event()
+
+    # ---- public API -----------------------------------------------------------
+    async def run(self) -> None:
+        """Serve until the transport closes, then cancel what is still running."""
+        writer = asyncio.create_task(self._write_loop(), name="acp-writer")
+        try:
+            while True:
+                try:
+                    frame = await self.transport.read_frame()
+                except MessageTooLarge as exc:
+                    self._dispatch(self.connection.receive_oversized(getattr(exc, "prefix", b"")))
+                    continue
+                if frame is None:
+                    break
+                self._dispatch(self.connection.receive(frame))
+        finally:
+            await self._shutdown(writer)
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        """Send a request and wait for its result.
+
+        Raises the ``AcpError`` subclass matching an error reply, and
+        ``ConnectionClosed`` if the connection ends first.  Cancelling the
+        caller withdraws the request with ``$/cancel_request``.
+        """
+        if self._closed:
+            raise ConnectionClosed(f"cannot send {method}: the connection is closed")
+        rid, message = self.connection.request(method, params)
+        key = str(rid)
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = future
+        self._enqueue(message)
+        try:
+            response = await future
+        except asyncio.CancelledError:
+            self._waiting.pop(key, None)
+            cancel = self.connection.forget_request(rid)
+            if cancel is not None and not self._closed:
+                self._enqueue(cancel)
+            raise
+        if response.error is not None:
+            raise AcpError.from_error(response.error)
+        return response.result
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        """Queue a notification; waits only when the outbox is backed up."""
+        if self._closed:
+            raise ConnectionClosed(f"cannot send {method}: the connection is closed")
+        self._enqueue(self.connection.notification(method, params))
+        if len(self._outbox) > OUTBOX_HIGH_WATER:
+            await self._drained.wait()
+
+    async def aclose(self) -> None:
+        """Close the transport; ``run`` then winds down."""
+        await self.transport.aclose()
+
+    # ---- dispatch -------------------------------------------------------------
+    def _dispatch(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, Request):
+                self._start_request(event)
+            elif isinstance(event, Notification):
+                self._queue_notification(event)
+            elif isinstance(event, Response):
+                future = self._waiting.pop(str(event.id), None)
+                if future is not None and not future.done():
+                    future.set_result(event)
+            elif isinstance(event, CancelRequest):
+                self._cancel_handler(event.id)
+            elif isinstance(event, Send):
+                self._enqueue(event.message)
+            elif isinstance(event, Batch):
+                self._start_batch(event)
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _start_request(self, request: Request) -> None:
+        async def run() -> None:
+            self._enqueue(await self._answer(request))
+
+        key = str(request.id)
+        task = self._spawn(run(), f"acp-request-{request.method}")
+        self._handlers[key] = task
+        task.add_done_callback(lambda _: self._handlers.pop(key, None))
+
+    def _start_batch(self, batch: Batch) -> None:
+        for notification in batch.notifications:
+            self._queue_notification(notification)
+        if not batch.requests and not batch.errors:
+            return  # an all-notification batch gets no reply at all (§2.4)
+
+        async def run() -> None:
+            replies = await asyncio.gather(*(self._answer(r) for r in batch.requests))
+            self._enqueue([*batch.errors, *replies])
+
+        self._spawn(run(), "acp-batch")
+
+    async def _answer(self, request: Request) -> dict[str, Any]:
+        """Run the handler; the one place exceptions become JSON-RPC errors."""
+        key = str(request.id)
+        if asyncio.current_task() is not None and key not in self._handlers:
+            self._handlers[key] = asyncio.current_task()  # type: ignore[assignment]
+        try:
+            result = await self._on_request(request.method, request.params)
+            return self.connection.result(request.id, result)
+        except asyncio.CancelledError:
+            if key not in self._cancelled_by_peer:
+                raise
+            self._cancelled_by_peer.discard(key)
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            return self.connection.error(request.id, RequestCancelled())
+        except AcpError as exc:
+            return self.connection.error(request.id, exc)
+        except ValidationError as exc:
+            detail = json.loads(exc.json(include_url=False, include_input=False))
+            summary = _summarize(detail)
+            return self.connection.error(request.id, InvalidParams(summary, data=detail))
+        except Exception:
+            log.exception("handler for %s failed", request.method)
+            return self.connection.error(
+                request.id, InternalError(f"Internal error while handling {request.method}")
+            )
+        finally:
+            self._handlers.pop(key, None)
+
+    def _cancel_handler(self, rid: RequestId) -> None:
+        key = str(rid)
+        task = self._handlers.get(key)
+        if task is None or task.done():
+            return  # unknown or finished: ignored silently (§2.5)
+        self._cancelled_by_peer.add(key)
+        task.cancel()
+
+    def _queue_notification(self, notification: Notification) -> None:
+        params = notification.params or {}
+        lane = params.get("sessionId") if isinstance(params.get("sessionId"), str) else None
+        queue = self._queues.setdefault(lane, [])
+        queue.append(notification)
+        if lane not in self._workers:
+            self._workers[lane] = self._spawn(self._drain_lane(lane), "acp-notifications")
+
+    async def _drain_lane(self, lane: Any) -> None:
+        queue = self._queues[lane]
+        try:
+            while queue:
+                notification = queue.pop(0)
+                try:
+                    await self._on_notification(notification.method, notification.params)
+                except Exception:
+                    log.exception("notification handler for %s failed", notification.method)
+        finally:
+            del self._workers[lane]
+            if not queue:
+                self._queues.pop(lane, None)
+
+    # ---- writing --------------------------------------------------------------
+    def _enqueue(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        if self._closed:
+            return
+        self._outbox.append(encode(message))
+        self._drained.clear()
+        self._wake.set()
+
+    async def _write_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._outbox:
+                frames, self._outbox = self._outbox, []
+                try:
+                    await self.transport.write_frames(frames)
+                except (ConnectionError, OSError, RuntimeError) as exc:
+                    log.debug("write failed, closing: %s", exc)
+                    self._closed = True
+                    self._outbox.clear()
+                    self._drained.set()
+                    with contextlib.suppress(Exception):
+                        await self.transport.aclose()
+                    return
+            self._drained.set()
+            if self._closed:
+                return
+
+    # ---- shutdown -------------------------------------------------------------
+    async def _shutdown(self, writer: asyncio.Task[None]) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_S)
+        for future in self._waiting.values():
+            if not future.done():
+                future.set_exception(ConnectionClosed("the connection closed"))
+        self._waiting.clear()
+        self._closed = True
+        self._wake.set()
+        with contextlib.suppress(asyncio.TimeoutError, Exception):
+            await asyncio.wait_for(asyncio.shield(writer), SHUTDOWN_WAIT_S)
+        writer.cancel()
+        with contextlib.suppress(Exception):
+            await self.transport.aclose()
+        self.closed.set()
+
+
+def _summarize(detail: list[dict[str, Any]]) -> str:
+    """One line for people: the first problem, with where it is."""
+    if not detail:
+        return "Invalid params"
+    first = detail[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if not str(p).startswith("function-"))
+    more = f" (and {len(detail) - 1} more)" if len(detail) > 1 else ""
+    return f"Invalid params: {where or 'params'}: {first.get('msg', 'invalid')}{more}"

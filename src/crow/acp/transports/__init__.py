@@ -1,0 +1,1 @@
+"""Transports: each turns bytes into JSON-RPC frames and nothing more."""

@@ -1,0 +1,161 @@
+"""Newline-delimited JSON over a pair of byte streams (ACP-V2.md §2).
+
+One message per line.  A line longer than ``MAX_MESSAGE_BYTES`` is discarded up
+to its newline and reported as ``MessageTooLarge`` (carrying the line's first
+bytes, so the peer can still answer with the request's id); the stream stays
+usable.  A partial last line at EOF is dropped.
+
+``StdioTransport`` wraps asyncio streams: the agent's own stdin/stdout
+(``open_stdio``) or a child process's pipes (``spawn``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+
+from ..errors import MessageTooLarge
+
+__all__ = ["MAX_MESSAGE_BYTES", "StdioTransport", "open_stdio", "spawn"]
+
+#: The largest message accepted: prompts carry base64 images and embedded files,
+#: so the limit sits well above any sane message (the TS SDK has none at all).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: How much of an oversized line is kept to find its id.
+_PREFIX_BYTES = 256
+_READ_CHUNK = 256 * 1024
+#: How long a child gets to exit after its stdin closes before it is killed.
+CHILD_EXIT_WAIT_S = 2.0
+
+
+class StdioTransport:
+    """Frames are lines: ``read_frame`` splits, ``write_frames`` joins."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        process: asyncio.subprocess.Process | None = None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._max = max_message_bytes
+        self._buffer = bytearray()
+        self._lines: list[bytes | _Oversized] = []
+        self._discarding: bytes | None = None  # prefix of an oversized line being skipped
+        self._eof = False
+        self.process = process
+
+    async def read_frame(self) -> bytes | None:
+        while not self._lines:
+            if self._eof:
+                return None
+            chunk = await self._reader.read(_READ_CHUNK)
+            if not chunk:
+                self._eof = True  # a partial last line is dropped (§2)
+                continue
+            self._feed(chunk)
+        line = self._lines.pop(0)
+        if isinstance(line, _Oversized):
+            raise line.error()
+        return line
+
+    def _feed(self, chunk: bytes) -> None:
+        start = 0
+        while (at := chunk.find(b"\n", start)) >= 0:
+            piece = chunk[start:at]
+            start = at + 1
+            if self._discarding is not None:
+                self._lines.append(_Oversized(self._discarding))
+                self._discarding = None
+            elif len(self._buffer) + len(piece) > self._max:
+                self._lines.append(
+                    _Oversized(bytes(self._buffer[:_PREFIX_BYTES]) or piece[:_PREFIX_BYTES])
+                )
+                self._buffer.clear()
+            else:
+                line = bytes(self._buffer + piece) if self._buffer else piece
+                self._buffer.clear()
+                if line.strip():
+                    self._lines.append(line)
+        if self._discarding is None:
+            self._buffer += chunk[start:]
+            if len(self._buffer) > self._max:  # no newline yet: drop the line as it comes
+                self._discarding = bytes(self._buffer[:_PREFIX_BYTES])
+                self._buffer.clear()
+
+    async def write_frames(self, frames: Sequence[bytes]) -> None:
+        self._writer.write(b"\n".join(frames) + b"\n")
+        await self._writer.drain()
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self._writer.is_closing():
+                self._writer.close()
+        if self.process is not None:
+            await _reap(self.process)
+
+
+class _Oversized:
+    """Stands in the line queue where an oversized line was dropped."""
+
+    def __init__(self, prefix: bytes) -> None:
+        self.prefix = prefix
+
+    def error(self) -> MessageTooLarge:
+        exc = MessageTooLarge()
+        exc.prefix = self.prefix  # type: ignore[attr-defined]
+        return exc
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    """Give the child a moment to exit on its own after EOF, then kill it."""
+    try:
+        await asyncio.wait_for(process.wait(), CHILD_EXIT_WAIT_S)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+
+
+async def open_stdio(*, max_message_bytes: int = MAX_MESSAGE_BYTES) -> StdioTransport:
+    """This process's stdin/stdout as a transport (the agent side)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=_READ_CHUNK * 2)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(sys.stdin.fileno(), "rb", 0)
+    )
+    w_transport, w_protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(sys.stdout.fileno(), "wb", 0)
+    )
+    writer = asyncio.StreamWriter(w_transport, w_protocol, None, loop)
+    return StdioTransport(reader, writer, max_message_bytes=max_message_bytes)
+
+
+async def spawn(
+    command: str | Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    max_message_bytes: int = MAX_MESSAGE_BYTES,
+) -> StdioTransport:
+    """Start an agent subprocess; its stderr goes to ours."""
+    argv = shlex.split(command) if isinstance(command, str) else list(command)
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        limit=_READ_CHUNK * 2,
+    )
+    assert process.stdout is not None and process.stdin is not None
+    return StdioTransport(
+        process.stdout, process.stdin, max_message_bytes=max_message_bytes, process=process
+    )
