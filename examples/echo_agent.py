@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from crow.acp import AgentSide, InvalidParams, SessionNotFound, open_stdio, schema
+from crow.acp.transports.stdio import MAX_MESSAGE_BYTES
 
 LIST_PAGE_SIZE = 50
 
@@ -223,9 +224,10 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=1, help="split each reply into N chunks")
     parser.add_argument("--delay-ms", type=float, default=0, help="pause between chunks")
+    parser.add_argument("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES)
     args = parser.parse_args()
     agent = AgentSide(
-        await open_stdio(),
+        await open_stdio(max_message_bytes=args.max_message_bytes),
         info=schema.Implementation(name="crow-echo-agent", title="Crow echo agent", version="0.1"),
         capabilities=schema.AgentCapabilities(session=schema.SessionCapabilities()),
     )

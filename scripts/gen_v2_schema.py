@@ -63,8 +63,9 @@ RESERVED = {"copy", "dict", "json", "schema", "construct", "validate", "fields",
             "model_config", "model_fields", "parse_obj", "parse_raw", "from_orm",
             "update_forward_refs", "schema_json"}
 
-PRIMITIVES = {"string": "str", "integer": "int", "number": "float",
-              "boolean": "bool", "null": "None"}
+# Strict ints and bools: "2" is not a protocol version and "false" is not false.
+PRIMITIVES = {"string": "str", "integer": "StrictInt", "number": "float",
+              "boolean": "StrictBool", "null": "None"}
 
 
 def pascal(tag: str) -> str:
@@ -127,6 +128,10 @@ class Generator:
             if isinstance(extra, dict) and extra:
                 return f"dict[str, {self.type_of(extra)}]"
             return "dict[str, Any]"
+        if t == "integer" and ("minimum" in frag or "maximum" in frag):
+            bounds = ", ".join(f"{k}={frag[m]}" for k, m in (("ge", "minimum"), ("le", "maximum"))
+                               if m in frag)
+            return f"Annotated[StrictInt, Field({bounds})]"
         if t in PRIMITIVES:
             return PRIMITIVES[t]
         return "Any"
@@ -374,7 +379,7 @@ class Generator:
             "",
             "from typing import Annotated, Any, Literal",
             "",
-            "from pydantic import Discriminator, Field, Tag",
+            "from pydantic import Discriminator, Field, StrictBool, StrictInt, Tag",
             "",
             "from ._base import UNSET, UNSET_T, AcpModel",
             "from ._lenient import DEFAULT_ON_ERROR, SKIP_INVALID_ITEMS, route",

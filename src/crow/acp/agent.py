@@ -64,7 +64,9 @@ class AgentSide:
         self._requests: dict[str, tuple[type[BaseModel], Handler]] = {}
         self._notifications: dict[str, tuple[type[BaseModel], Handler]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.handle("initialize", self._initialize)
+        # initialize reads the version before the v2 shape: a v1 client's params
+        # are not a v2 InitializeRequest, and it deserves -32022, not -32602.
+        self._requests["initialize"] = (schema.AcpModel, self._initialize)
 
     # ---- registration -------------------------------------------------------
     def handle(self, method: str, fn: Handler) -> None:
@@ -145,10 +147,11 @@ class AgentSide:
             return
         await fn(model)
 
-    async def _initialize(self, params: schema.InitializeRequest) -> schema.InitializeResponse:
-        requested = params.protocol_version
-        if requested < PROTOCOL_VERSION:
+    async def _initialize(self, raw: schema.AcpModel) -> schema.InitializeResponse:
+        requested = (raw.model_extra or {}).get("protocolVersion")
+        if type(requested) is int and 0 <= requested < PROTOCOL_VERSION:
             raise UnsupportedProtocolVersion.for_versions(requested, SUPPORTED_VERSIONS)
+        params = schema.InitializeRequest.model_validate(raw.model_extra or {})
         self.client_info = params.info
         caps = params.capabilities
         self.client_capabilities = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag
+from pydantic import Discriminator, Field, StrictBool, StrictInt, Tag
 
 from ._base import UNSET, UNSET_T, AcpModel
 from ._lenient import DEFAULT_ON_ERROR, SKIP_INVALID_ITEMS, route
@@ -39,8 +39,7 @@ ToolKind = (
 """Categories of tools that can be invoked."""
 
 ToolCallStatus = (
-    Literal["pending", "in_progress", "paused", "completed", "failed", "cancelled"]
-    | str
+    Literal["pending", "in_progress", "paused", "completed", "failed", "cancelled"] | str
 )
 """Execution status of a tool call."""
 
@@ -68,9 +67,7 @@ TerminalId = str
 PermissionOptionId = str
 """Unique identifier for a permission option."""
 
-PermissionOptionKind = (
-    Literal["allow_once", "allow_always", "reject_once", "reject_always"] | str
-)
+PermissionOptionKind = Literal["allow_once", "allow_always", "reject_once", "reject_always"] | str
 """The type of permission option being presented to the user."""
 
 ElicitationSchemaType = Literal["object"]
@@ -82,7 +79,7 @@ StringFormat = Literal["email", "uri", "date", "date-time"] | str
 ElicitationId = str
 """Unique identifier for an elicitation."""
 
-ProtocolVersion = int
+ProtocolVersion = Annotated[StrictInt, Field(ge=0, le=65535)]
 """Protocol version identifier."""
 
 AuthMethodId = str
@@ -91,9 +88,7 @@ AuthMethodId = str
 SessionConfigId = str
 """Unique identifier for a session configuration option."""
 
-SessionConfigOptionCategory = (
-    Literal["mode", "model", "model_config", "thought_level"] | str
-)
+SessionConfigOptionCategory = Literal["mode", "model", "model_config", "thought_level"] | str
 """Semantic category for a session configuration option."""
 
 SessionConfigValueId = str
@@ -112,10 +107,7 @@ ErrorCode = int
 """Predefined error codes for common JSON-RPC and ACP-specific errors."""
 
 StopReason = (
-    Literal[
-        "end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"
-    ]
-    | str
+    Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled", "error"] | str
 )
 """Why foreground work ended (open: unknown reasons are kept)."""
 
@@ -146,9 +138,7 @@ class RequestPermissionRequest(AcpModel):
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     subject: RequestPermissionSubject | None | UNSET_T = UNSET
     options: list[PermissionOption]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownRequestPermissionSubject(AcpModel):
@@ -166,25 +156,15 @@ class ToolCallUpdate(AcpModel):
     kind: Annotated[ToolKind | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     status: Annotated[ToolCallStatus | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     content: (
-        Annotated[list[ToolCallContent] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[ToolCallContent] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
     locations: (
-        Annotated[list[ToolCallLocation] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[ToolCallLocation] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
-    raw_input: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="rawInput"
-    )
-    raw_output: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="rawOutput"
-    )
-    capabilities: Annotated[ToolCallCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    raw_input: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="rawInput")
+    raw_output: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="rawOutput")
+    capabilities: Annotated[ToolCallCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownToolCallContent(AcpModel):
@@ -202,16 +182,12 @@ class UnknownContentBlock(AcpModel):
 class Annotations(AcpModel):
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
 
-    audience: (
-        Annotated[list[Role] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
+    audience: Annotated[list[Role] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     last_modified: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="lastModified"
     )
     priority: Annotated[float | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TextContent(AcpModel):
@@ -220,9 +196,7 @@ class TextContent(AcpModel):
     type: Literal["text"] = Field("text")
     text: str
     annotations: Annotated[Annotations | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ImageContent(AcpModel):
@@ -233,9 +207,7 @@ class ImageContent(AcpModel):
     mime_type: MediaType = Field(alias="mimeType")
     uri: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     annotations: Annotated[Annotations | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AudioContent(AcpModel):
@@ -245,9 +217,7 @@ class AudioContent(AcpModel):
     data: str
     mime_type: MediaType = Field(alias="mimeType")
     annotations: Annotated[Annotations | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Icon(AcpModel):
@@ -257,13 +227,9 @@ class Icon(AcpModel):
     mime_type: Annotated[MediaType | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="mimeType"
     )
-    sizes: (
-        Annotated[list[str] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
+    sizes: Annotated[list[str] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     theme: Annotated[IconTheme | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ResourceLink(AcpModel):
@@ -274,17 +240,13 @@ class ResourceLink(AcpModel):
     uri: str
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    icons: (
-        Annotated[list[Icon] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
+    icons: Annotated[list[Icon] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     mime_type: Annotated[MediaType | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="mimeType"
     )
-    size: Annotated[int | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    size: Annotated[Annotated[StrictInt, Field(ge=0)] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     annotations: Annotated[Annotations | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TextResourceContents(AcpModel):
@@ -295,9 +257,7 @@ class TextResourceContents(AcpModel):
     mime_type: Annotated[MediaType | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="mimeType"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class BlobResourceContents(AcpModel):
@@ -308,9 +268,7 @@ class BlobResourceContents(AcpModel):
     mime_type: Annotated[MediaType | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="mimeType"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class EmbeddedResource(AcpModel):
@@ -319,9 +277,7 @@ class EmbeddedResource(AcpModel):
     type: Literal["resource"] = Field("resource")
     resource: EmbeddedResourceResource
     annotations: Annotated[Annotations | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Content(AcpModel):
@@ -329,9 +285,7 @@ class Content(AcpModel):
 
     type: Literal["content"] = Field("content")
     content: ContentBlock
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class _DiffChangeCommon(AcpModel):
@@ -341,9 +295,7 @@ class _DiffChangeCommon(AcpModel):
     mime_type: Annotated[MediaType | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="mimeType"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class DiffPathChange(AcpModel):
@@ -400,9 +352,7 @@ class DiffPatch(AcpModel):
 
     format: DiffPatchFormat
     text: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Diff(AcpModel):
@@ -411,9 +361,7 @@ class Diff(AcpModel):
     type: Literal["diff"] = Field("diff")
     changes: Annotated[list[DiffChange], SKIP_INVALID_ITEMS]
     patch: Annotated[DiffPatch | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Terminal(AcpModel):
@@ -421,38 +369,28 @@ class Terminal(AcpModel):
 
     type: Literal["terminal"] = Field("terminal")
     terminal_id: TerminalId = Field(alias="terminalId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ToolCallLocation(AcpModel):
     """A file location being accessed or modified by a tool."""
 
     path: AbsolutePath
-    line: Annotated[int | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    line: Annotated[Annotated[StrictInt, Field(ge=1)] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ToolCallCapabilities(AcpModel):
     """Client-initiated controls a tool call currently supports."""
 
-    cancel: Annotated[ToolCallCancelCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    cancel: Annotated[ToolCallCancelCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ToolCallCancelCapabilities(AcpModel):
     """Capability to cancel a tool call with `tool_call/cancel`."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ToolCallPermissionSubject(AcpModel):
@@ -460,9 +398,7 @@ class ToolCallPermissionSubject(AcpModel):
 
     type: Literal["tool_call"] = Field("tool_call")
     tool_call: ToolCallUpdate = Field(alias="toolCall")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CommandPermissionSubject(AcpModel):
@@ -477,9 +413,7 @@ class CommandPermissionSubject(AcpModel):
     terminal_id: Annotated[TerminalId | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="terminalId"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PermissionOption(AcpModel):
@@ -488,16 +422,12 @@ class PermissionOption(AcpModel):
     option_id: PermissionOptionId = Field(alias="optionId")
     name: str
     kind: PermissionOptionKind
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class _CreateElicitationRequestCommon(AcpModel):
     message: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ElicitationFormMode(AcpModel):
@@ -511,9 +441,7 @@ class ElicitationFormMode(AcpModel):
     request_id: RequestId | UNSET_T = Field(UNSET, alias="requestId")
 
 
-class FormCreateElicitationRequest(
-    _CreateElicitationRequestCommon, ElicitationFormMode
-):
+class FormCreateElicitationRequest(_CreateElicitationRequestCommon, ElicitationFormMode):
     """Form-based elicitation where the client renders a form from the provided schema."""
 
     mode: Literal["form"] = Field("form")
@@ -571,9 +499,7 @@ class ElicitationSchema(AcpModel):
     properties: dict[str, ElicitationPropertySchema] | UNSET_T = UNSET
     required: list[str] | None | UNSET_T = UNSET
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownElicitationPropertySchema(AcpModel):
@@ -588,9 +514,7 @@ class EnumOption(AcpModel):
     const: str
     title: str
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class StringPropertySchema(AcpModel):
@@ -599,16 +523,14 @@ class StringPropertySchema(AcpModel):
     type: Literal["string"] = Field("string")
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    min_length: int | None | UNSET_T = Field(UNSET, alias="minLength")
-    max_length: int | None | UNSET_T = Field(UNSET, alias="maxLength")
+    min_length: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="minLength")
+    max_length: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="maxLength")
     pattern: str | None | UNSET_T = UNSET
     format: StringFormat | None | UNSET_T = UNSET
     default: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     enum: list[str] | None | UNSET_T = UNSET
     one_of: list[EnumOption] | None | UNSET_T = Field(UNSET, alias="oneOf")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class NumberPropertySchema(AcpModel):
@@ -620,9 +542,7 @@ class NumberPropertySchema(AcpModel):
     minimum: float | None | UNSET_T = UNSET
     maximum: float | None | UNSET_T = UNSET
     default: Annotated[float | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class IntegerPropertySchema(AcpModel):
@@ -631,12 +551,10 @@ class IntegerPropertySchema(AcpModel):
     type: Literal["integer"] = Field("integer")
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    minimum: int | None | UNSET_T = UNSET
-    maximum: int | None | UNSET_T = UNSET
-    default: Annotated[int | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    minimum: StrictInt | None | UNSET_T = UNSET
+    maximum: StrictInt | None | UNSET_T = UNSET
+    default: Annotated[StrictInt | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class BooleanPropertySchema(AcpModel):
@@ -645,10 +563,8 @@ class BooleanPropertySchema(AcpModel):
     type: Literal["boolean"] = Field("boolean")
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    default: Annotated[bool | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    default: Annotated[StrictBool | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownMultiSelectItems(AcpModel):
@@ -662,18 +578,14 @@ class StringMultiSelectItems(AcpModel):
 
     type: Literal["string"] = Field("string")
     enum: list[str]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TitledMultiSelectItems(AcpModel):
     """Items definition for titled multi-select enum properties."""
 
     any_of: list[EnumOption] = Field(alias="anyOf")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class MultiSelectPropertySchema(AcpModel):
@@ -682,15 +594,11 @@ class MultiSelectPropertySchema(AcpModel):
     type: Literal["array"] = Field("array")
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    min_items: int | None | UNSET_T = Field(UNSET, alias="minItems")
-    max_items: int | None | UNSET_T = Field(UNSET, alias="maxItems")
+    min_items: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="minItems")
+    max_items: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="maxItems")
     items: MultiSelectItems
-    default: (
-        Annotated[list[str] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    default: Annotated[list[str] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class InitializeResponse(AcpModel):
@@ -699,12 +607,10 @@ class InitializeResponse(AcpModel):
     protocol_version: ProtocolVersion = Field(alias="protocolVersion")
     info: Implementation
     capabilities: Annotated[AgentCapabilities, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    auth_methods: (
-        Annotated[list[AuthMethod], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = Field(UNSET, alias="authMethods")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
+    auth_methods: Annotated[list[AuthMethod], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = (
+        Field(UNSET, alias="authMethods")
     )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Implementation(AcpModel):
@@ -713,9 +619,7 @@ class Implementation(AcpModel):
     name: str
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     version: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AgentCapabilities(AcpModel):
@@ -723,9 +627,7 @@ class AgentCapabilities(AcpModel):
 
     session: Annotated[SessionCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     auth: Annotated[AgentAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionCapabilities(AcpModel):
@@ -733,16 +635,11 @@ class SessionCapabilities(AcpModel):
 
     prompt: Annotated[PromptCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     mcp: Annotated[McpCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    delete: Annotated[SessionDeleteCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
+    delete: Annotated[SessionDeleteCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     additional_directories: (
-        Annotated[SessionAdditionalDirectoriesCapabilities | None, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[SessionAdditionalDirectoriesCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
     ) = Field(UNSET, alias="additionalDirectories")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PromptCapabilities(AcpModel):
@@ -753,33 +650,25 @@ class PromptCapabilities(AcpModel):
     embedded_context: (
         Annotated[PromptEmbeddedContextCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
     ) = Field(UNSET, alias="embeddedContext")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PromptImageCapabilities(AcpModel):
     """Capabilities for image content in prompt requests."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PromptAudioCapabilities(AcpModel):
     """Capabilities for audio content in prompt requests."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PromptEmbeddedContextCapabilities(AcpModel):
     """Capabilities for embedded context in prompt requests."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class McpCapabilities(AcpModel):
@@ -787,49 +676,37 @@ class McpCapabilities(AcpModel):
 
     stdio: Annotated[McpStdioCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     http: Annotated[McpHttpCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class McpStdioCapabilities(AcpModel):
     """Capabilities for stdio MCP server transports."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class McpHttpCapabilities(AcpModel):
     """Capabilities for HTTP MCP server transports."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionDeleteCapabilities(AcpModel):
     """Capabilities for the `session/delete` method."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionAdditionalDirectoriesCapabilities(AcpModel):
     """Capabilities for additional session directories support."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AgentAuthCapabilities(AcpModel):
     """Authentication-related extension capabilities supported by the agent."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownAuthMethod(AcpModel):
@@ -845,9 +722,7 @@ class EnvVariable(AcpModel):
 
     name: str
     value: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AuthMethodTerminal(AcpModel):
@@ -859,9 +734,7 @@ class AuthMethodTerminal(AcpModel):
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     args: list[str] | UNSET_T = UNSET
     env: list[EnvVariable] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AuthMethodAgent(AcpModel):
@@ -871,25 +744,19 @@ class AuthMethodAgent(AcpModel):
     method_id: AuthMethodId = Field(alias="methodId")
     name: str
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class LoginAuthResponse(AcpModel):
     """Response to the `auth/login` method."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class LogoutAuthResponse(AcpModel):
     """Response to the `auth/logout` method."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class NewSessionResponse(AcpModel):
@@ -897,28 +764,20 @@ class NewSessionResponse(AcpModel):
 
     session_id: SessionId = Field(alias="sessionId")
     config_options: (
-        Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = Field(UNSET, alias="configOptions")
     available_commands: (
-        Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = Field(UNSET, alias="availableCommands")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class _SessionConfigOptionCommon(AcpModel):
     config_id: SessionConfigId = Field(alias="configId")
     name: str
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    category: (
-        Annotated[SessionConfigOptionCategory | None, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    category: Annotated[SessionConfigOptionCategory | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionConfigSelect(AcpModel):
@@ -937,7 +796,7 @@ class SelectSessionConfigOption(_SessionConfigOptionCommon, SessionConfigSelect)
 class SessionConfigBoolean(AcpModel):
     """A boolean on/off toggle session configuration option payload."""
 
-    current_value: bool = Field(alias="currentValue")
+    current_value: StrictBool = Field(alias="currentValue")
 
 
 class BooleanSessionConfigOption(_SessionConfigOptionCommon, SessionConfigBoolean):
@@ -958,9 +817,7 @@ class SessionConfigSelectOption(AcpModel):
     value: SessionConfigValueId
     name: str
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionConfigSelectGroup(AcpModel):
@@ -969,18 +826,14 @@ class SessionConfigSelectGroup(AcpModel):
     group_id: SessionConfigGroupId = Field(alias="groupId")
     name: str
     options: Annotated[list[SessionConfigSelectOption], SKIP_INVALID_ITEMS]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class _AvailableCommandCommon(AcpModel):
     name: str | UNSET_T = UNSET
     description: str | UNSET_T = UNSET
     input: Annotated[AvailableCommandInput | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Command(AcpModel):
@@ -989,9 +842,7 @@ class Command(AcpModel):
     name: str
     description: str
     input: Annotated[AvailableCommandInput | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CommandAvailableCommand(_AvailableCommandCommon, Command):
@@ -1019,9 +870,7 @@ class TextCommandInput(AcpModel):
 
     type: Literal["text"] = Field("text")
     hint: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ListSessionsResponse(AcpModel):
@@ -1029,9 +878,7 @@ class ListSessionsResponse(AcpModel):
 
     sessions: Annotated[list[SessionInfo], SKIP_INVALID_ITEMS]
     next_cursor: SessionListCursor | None | UNSET_T = Field(UNSET, alias="nextCursor")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionInfo(AcpModel):
@@ -1043,60 +890,44 @@ class SessionInfo(AcpModel):
         UNSET, alias="additionalDirectories"
     )
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    updated_at: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="updatedAt"
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    updated_at: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="updatedAt")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class DeleteSessionResponse(AcpModel):
     """Response from deleting a session."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ResumeSessionResponse(AcpModel):
     """Response from resuming an existing session."""
 
     config_options: (
-        Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = Field(UNSET, alias="configOptions")
     available_commands: (
-        Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = Field(UNSET, alias="availableCommands")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CloseSessionResponse(AcpModel):
     """Response from closing a session."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CancelToolCallResponse(AcpModel):
     """Response from cancelling a tool call."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CancelTerminalResponse(AcpModel):
     """Response from cancelling a terminal."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SetSessionConfigOptionResponse(AcpModel):
@@ -1105,18 +936,14 @@ class SetSessionConfigOptionResponse(AcpModel):
     config_options: Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS] = Field(
         alias="configOptions"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PromptResponse(AcpModel):
     """Response acknowledging that a user prompt was inserted into the ACP conversation."""
 
     message_id: MessageId | UNSET_T = Field(UNSET, alias="messageId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Error(AcpModel):
@@ -1132,18 +959,14 @@ class UnsupportedProtocolVersionErrorData(AcpModel):
 
     requested: ProtocolVersion
     supported: list[ProtocolVersion]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionNotFoundErrorData(AcpModel):
     """Data for the `-32002` (Resource not found) error when a session-scoped request names a session that does not exist or is not active."""
 
     session_id: SessionId = Field(alias="sessionId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UpdateSessionNotification(AcpModel):
@@ -1151,9 +974,7 @@ class UpdateSessionNotification(AcpModel):
 
     session_id: SessionId = Field(alias="sessionId")
     update: SessionUpdate
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ContentChunk(AcpModel):
@@ -1161,9 +982,7 @@ class ContentChunk(AcpModel):
 
     message_id: MessageId = Field(alias="messageId")
     content: ContentBlock
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UserMessageChunk(ContentChunk):
@@ -1193,9 +1012,7 @@ class AgentThoughtChunk(ContentChunk):
 class ToolCallUpdateVariant(ToolCallUpdate):
     """A tool call has been created or updated."""
 
-    session_update: Literal["tool_call_update"] = Field(
-        "tool_call_update", alias="sessionUpdate"
-    )
+    session_update: Literal["tool_call_update"] = Field("tool_call_update", alias="sessionUpdate")
 
 
 class UnknownSessionUpdate(AcpModel):
@@ -1207,49 +1024,34 @@ class UnknownSessionUpdate(AcpModel):
 class UserMessage(AcpModel):
     """A user message upsert."""
 
-    session_update: Literal["user_message"] = Field(
-        "user_message", alias="sessionUpdate"
-    )
+    session_update: Literal["user_message"] = Field("user_message", alias="sessionUpdate")
     message_id: MessageId = Field(alias="messageId")
     content: (
-        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AgentMessage(AcpModel):
     """An agent message upsert."""
 
-    session_update: Literal["agent_message"] = Field(
-        "agent_message", alias="sessionUpdate"
-    )
+    session_update: Literal["agent_message"] = Field("agent_message", alias="sessionUpdate")
     message_id: MessageId = Field(alias="messageId")
     content: (
-        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AgentThought(AcpModel):
     """An agent thought or reasoning message upsert."""
 
-    session_update: Literal["agent_thought"] = Field(
-        "agent_thought", alias="sessionUpdate"
-    )
+    session_update: Literal["agent_thought"] = Field("agent_thought", alias="sessionUpdate")
     message_id: MessageId = Field(alias="messageId")
     content: (
-        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownBackgroundWork(AcpModel):
@@ -1263,9 +1065,7 @@ class BackgroundTerminal(AcpModel):
 
     type: Literal["terminal"] = Field("terminal")
     terminal_id: TerminalId = Field(alias="terminalId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class BackgroundToolCall(AcpModel):
@@ -1273,24 +1073,16 @@ class BackgroundToolCall(AcpModel):
 
     type: Literal["tool_call"] = Field("tool_call")
     tool_call_id: ToolCallId = Field(alias="toolCallId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class RunningStateUpdate(AcpModel):
     """Foreground work is in progress."""
 
     state: Literal["running"] = Field("running")
-    session_update: Literal["state_update"] = Field(
-        "state_update", alias="sessionUpdate"
-    )
-    background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    session_update: Literal["state_update"] = Field("state_update", alias="sessionUpdate")
+    background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ErrorStopReason(AcpModel):
@@ -1303,15 +1095,9 @@ class IdleStateUpdate(AcpModel):
     """No foreground work is active. Background activity may continue."""
 
     state: Literal["idle"] = Field("idle")
-    session_update: Literal["state_update"] = Field(
-        "state_update", alias="sessionUpdate"
-    )
-    background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    session_update: Literal["state_update"] = Field("state_update", alias="sessionUpdate")
+    background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
     stop_reason: Annotated[StopReason | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="stopReason"
     )
@@ -1322,23 +1108,15 @@ class RequiresActionStateUpdate(AcpModel):
     """The foreground workflow as a whole is blocked on user action."""
 
     state: Literal["requires_action"] = Field("requires_action")
-    session_update: Literal["state_update"] = Field(
-        "state_update", alias="sessionUpdate"
-    )
-    background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    session_update: Literal["state_update"] = Field("state_update", alias="sessionUpdate")
+    background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownStateUpdate(AcpModel):
     """An unrecognised StateUpdate, kept whole."""
 
-    session_update: Literal["state_update"] = Field(
-        "state_update", alias="sessionUpdate"
-    )
+    session_update: Literal["state_update"] = Field("state_update", alias="sessionUpdate")
     state: str
 
 
@@ -1350,81 +1128,61 @@ class ToolCallContentChunk(AcpModel):
     )
     tool_call_id: ToolCallId = Field(alias="toolCallId")
     content: ToolCallContent
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalOutput(AcpModel):
     """An authoritative replacement snapshot of terminal output bytes."""
 
     data: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalExitStatus(AcpModel):
     """Exit information for an agent-owned terminal."""
 
-    exit_code: Annotated[int | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
+    exit_code: Annotated[StrictInt | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
         UNSET, alias="exitCode"
     )
     signal: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalSize(AcpModel):
     """The size of an agent-owned terminal in character cells."""
 
-    cols: int
-    rows: int
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    cols: Annotated[StrictInt, Field(ge=1, le=65535)]
+    rows: Annotated[StrictInt, Field(ge=1, le=65535)]
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalCapabilities(AcpModel):
     """Client-initiated controls a terminal currently supports."""
 
-    cancel: Annotated[TerminalCancelCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    cancel: Annotated[TerminalCancelCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalCancelCapabilities(AcpModel):
     """Capability to cancel a terminal with `terminal/cancel`."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalUpdate(AcpModel):
     """An upsert for the stored state of an agent-owned terminal."""
 
-    session_update: Literal["terminal_update"] = Field(
-        "terminal_update", alias="sessionUpdate"
-    )
+    session_update: Literal["terminal_update"] = Field("terminal_update", alias="sessionUpdate")
     terminal_id: TerminalId = Field(alias="terminalId")
     command: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     cwd: Annotated[AbsolutePath | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     output: Annotated[TerminalOutput | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    exit_status: Annotated[TerminalExitStatus | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        Field(UNSET, alias="exitStatus")
+    exit_status: Annotated[TerminalExitStatus | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
+        UNSET, alias="exitStatus"
     )
     size: Annotated[TerminalSize | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    capabilities: Annotated[TerminalCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    capabilities: Annotated[TerminalCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalOutputChunk(AcpModel):
@@ -1435,9 +1193,7 @@ class TerminalOutputChunk(AcpModel):
     )
     terminal_id: TerminalId = Field(alias="terminalId")
     data: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownPlanUpdateContent(AcpModel):
@@ -1453,9 +1209,7 @@ class PlanEntry(AcpModel):
     content: str
     priority: PlanEntryPriority
     status: PlanEntryStatus
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PlanItems(AcpModel):
@@ -1464,9 +1218,7 @@ class PlanItems(AcpModel):
     type: Literal["items"] = Field("items")
     plan_id: PlanId = Field(alias="planId")
     entries: Annotated[list[PlanEntry], SKIP_INVALID_ITEMS]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class PlanUpdate(AcpModel):
@@ -1474,9 +1226,7 @@ class PlanUpdate(AcpModel):
 
     session_update: Literal["plan_update"] = Field("plan_update", alias="sessionUpdate")
     plan: PlanUpdateContent
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class AvailableCommandsUpdate(AcpModel):
@@ -1488,9 +1238,7 @@ class AvailableCommandsUpdate(AcpModel):
     available_commands: Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS] = Field(
         alias="availableCommands"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ConfigOptionUpdate(AcpModel):
@@ -1502,9 +1250,7 @@ class ConfigOptionUpdate(AcpModel):
     config_options: Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS] = Field(
         alias="configOptions"
     )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SessionInfoUpdate(AcpModel):
@@ -1514,12 +1260,8 @@ class SessionInfoUpdate(AcpModel):
         "session_info_update", alias="sessionUpdate"
     )
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    updated_at: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="updatedAt"
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    updated_at: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="updatedAt")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Cost(AcpModel):
@@ -1527,23 +1269,17 @@ class Cost(AcpModel):
 
     amount: float
     currency: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UsageUpdate(AcpModel):
     """Context window and cost update for a session."""
 
-    session_update: Literal["usage_update"] = Field(
-        "usage_update", alias="sessionUpdate"
-    )
-    used: int
-    size: int
+    session_update: Literal["usage_update"] = Field("usage_update", alias="sessionUpdate")
+    used: Annotated[StrictInt, Field(ge=0)]
+    size: Annotated[StrictInt, Field(ge=0)]
     cost: Annotated[Cost | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class Notice(AcpModel):
@@ -1553,27 +1289,20 @@ class Notice(AcpModel):
     severity: NoticeSeverity
     title: str
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CompactionUpdate(AcpModel):
     """A context compaction upsert. The first notification fixes the compaction's timeline position. Later updates with the same ID patch that entity in place."""
 
-    session_update: Literal["compaction_update"] = Field(
-        "compaction_update", alias="sessionUpdate"
-    )
+    session_update: Literal["compaction_update"] = Field("compaction_update", alias="sessionUpdate")
     compaction_id: CompactionId = Field(alias="compactionId")
     status: CompactionStatus
     summary: (
-        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR]
-        | UNSET_T
+        Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
     error: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CompactionSummaryChunk(AcpModel):
@@ -1584,18 +1313,14 @@ class CompactionSummaryChunk(AcpModel):
     )
     compaction_id: CompactionId = Field(alias="compactionId")
     content: ContentBlock
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CompleteElicitationNotification(AcpModel):
     """Notification sent by the agent when a URL-based elicitation is complete."""
 
     elicitation_id: ElicitationId = Field(alias="elicitationId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class InitializeRequest(AcpModel):
@@ -1604,87 +1329,61 @@ class InitializeRequest(AcpModel):
     protocol_version: ProtocolVersion = Field(alias="protocolVersion")
     info: Implementation
     capabilities: Annotated[ClientCapabilities, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ClientCapabilities(AcpModel):
     """Capabilities supported by the client."""
 
     auth: Annotated[ClientAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    elicitation: (
-        Annotated[ElicitationCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    elicitation: Annotated[ElicitationCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ClientAuthCapabilities(AcpModel):
     """Authentication capabilities supported by the client."""
 
-    terminal: Annotated[TerminalAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    terminal: Annotated[TerminalAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class TerminalAuthCapabilities(AcpModel):
     """Capabilities for terminal authentication methods."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ElicitationCapabilities(AcpModel):
     """Elicitation capabilities supported by the client."""
 
-    form: Annotated[ElicitationFormCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    url: Annotated[ElicitationUrlCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = (
-        UNSET
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    form: Annotated[ElicitationFormCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    url: Annotated[ElicitationUrlCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ElicitationFormCapabilities(AcpModel):
     """Form-based elicitation capabilities."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ElicitationUrlCapabilities(AcpModel):
     """URL-based elicitation capabilities."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class LoginAuthRequest(AcpModel):
     """Request parameters for the `auth/login` method."""
 
     method_id: AuthMethodId = Field(alias="methodId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class LogoutAuthRequest(AcpModel):
     """Request parameters for the `auth/logout` method."""
 
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class NewSessionRequest(AcpModel):
@@ -1695,9 +1394,7 @@ class NewSessionRequest(AcpModel):
         UNSET, alias="additionalDirectories"
     )
     mcp_servers: list[McpServer] | UNSET_T = Field(UNSET, alias="mcpServers")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownMcpServer(AcpModel):
@@ -1711,9 +1408,7 @@ class HttpHeader(AcpModel):
 
     name: str
     value: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class McpServerHttp(AcpModel):
@@ -1723,9 +1418,7 @@ class McpServerHttp(AcpModel):
     name: str
     url: str
     headers: list[HttpHeader] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class McpServerStdio(AcpModel):
@@ -1736,9 +1429,7 @@ class McpServerStdio(AcpModel):
     command: AbsolutePath
     args: list[str] | UNSET_T = UNSET
     env: list[EnvVariable] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ListSessionsRequest(AcpModel):
@@ -1746,18 +1437,14 @@ class ListSessionsRequest(AcpModel):
 
     cwd: AbsolutePath | None | UNSET_T = UNSET
     cursor: SessionListCursor | None | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class DeleteSessionRequest(AcpModel):
     """Request parameters for deleting an existing session from `session/list`."""
 
     session_id: SessionId = Field(alias="sessionId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ResumeSessionRequest(AcpModel):
@@ -1770,9 +1457,7 @@ class ResumeSessionRequest(AcpModel):
     )
     mcp_servers: list[McpServer] | UNSET_T = Field(UNSET, alias="mcpServers")
     replay_from: ReplayFrom | None | UNSET_T = Field(UNSET, alias="replayFrom")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownReplayFrom(AcpModel):
@@ -1785,18 +1470,14 @@ class ReplayFromStart(AcpModel):
     """Inclusive replay cursor requesting replay from the start of retained conversation history."""
 
     type: Literal["start"] = Field("start")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CloseSessionRequest(AcpModel):
     """Request parameters for closing an active session."""
 
     session_id: SessionId = Field(alias="sessionId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CancelToolCallRequest(AcpModel):
@@ -1804,9 +1485,7 @@ class CancelToolCallRequest(AcpModel):
 
     session_id: SessionId = Field(alias="sessionId")
     tool_call_id: ToolCallId = Field(alias="toolCallId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CancelTerminalRequest(AcpModel):
@@ -1814,17 +1493,13 @@ class CancelTerminalRequest(AcpModel):
 
     session_id: SessionId = Field(alias="sessionId")
     terminal_id: TerminalId = Field(alias="terminalId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class _SetSessionConfigOptionRequestCommon(AcpModel):
     session_id: SessionId = Field(alias="sessionId")
     config_id: SessionConfigId = Field(alias="configId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class IdSetSessionConfigOptionRequest(_SetSessionConfigOptionRequestCommon):
@@ -1838,7 +1513,7 @@ class BooleanSetSessionConfigOptionRequest(_SetSessionConfigOptionRequestCommon)
     """A boolean value (`type: "boolean"`)."""
 
     type: Literal["boolean"] = Field("boolean")
-    value: bool
+    value: StrictBool
 
 
 class UnknownSetSessionConfigOptionRequest(_SetSessionConfigOptionRequestCommon):
@@ -1853,18 +1528,14 @@ class PromptRequest(AcpModel):
 
     session_id: SessionId = Field(alias="sessionId")
     prompt: list[ContentBlock]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class RequestPermissionResponse(AcpModel):
     """Response to a permission request."""
 
     outcome: RequestPermissionOutcome
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class UnknownRequestPermissionOutcome(AcpModel):
@@ -1877,9 +1548,7 @@ class CancelledPermissionOutcome(AcpModel):
     """The request was not approved and no option was selected."""
 
     outcome: Literal["cancelled"] = Field("cancelled")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class SelectedPermissionOutcome(AcpModel):
@@ -1887,15 +1556,11 @@ class SelectedPermissionOutcome(AcpModel):
 
     outcome: Literal["selected"] = Field("selected")
     option_id: PermissionOptionId = Field(alias="optionId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class _CreateElicitationResponseCommon(AcpModel):
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class ElicitationAcceptAction(AcpModel):
@@ -1904,9 +1569,7 @@ class ElicitationAcceptAction(AcpModel):
     content: dict[str, ElicitationContentValue] | None | UNSET_T = UNSET
 
 
-class AcceptCreateElicitationResponse(
-    _CreateElicitationResponseCommon, ElicitationAcceptAction
-):
+class AcceptCreateElicitationResponse(_CreateElicitationResponseCommon, ElicitationAcceptAction):
     """The user accepted and provided content."""
 
     action: Literal["accept"] = Field("accept")
@@ -1934,37 +1597,28 @@ class CancelSessionNotification(AcpModel):
     """Notification to cancel a session's foreground work and its prompts not yet inserted."""
 
     session_id: SessionId = Field(alias="sessionId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class CancelRequestNotification(AcpModel):
     """Notification to cancel an ongoing request."""
 
     request_id: RequestId = Field(alias="requestId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(
-        UNSET, alias="_meta"
-    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-RequestId = int | str
+RequestId = StrictInt | str
 """A JSON-RPC request ID: a string or an integer. Unlike base JSON-RPC, it MUST NOT be `null`."""
 
 RequestPermissionSubject = Annotated[
     Annotated[ToolCallPermissionSubject, Tag("ToolCallPermissionSubject")]
     | Annotated[CommandPermissionSubject, Tag("CommandPermissionSubject")]
-    | Annotated[
-        UnknownRequestPermissionSubject, Tag("UnknownRequestPermissionSubject")
-    ],
+    | Annotated[UnknownRequestPermissionSubject, Tag("UnknownRequestPermissionSubject")],
     Discriminator(
         route(
             "type",
             "type",
-            {
-                "tool_call": "ToolCallPermissionSubject",
-                "command": "CommandPermissionSubject",
-            },
+            {"tool_call": "ToolCallPermissionSubject", "command": "CommandPermissionSubject"},
             other="UnknownRequestPermissionSubject",
             missing=None,
         )
@@ -2045,17 +1699,12 @@ DiffChange = Annotated[
 CreateElicitationRequest = Annotated[
     Annotated[FormCreateElicitationRequest, Tag("FormCreateElicitationRequest")]
     | Annotated[UrlCreateElicitationRequest, Tag("UrlCreateElicitationRequest")]
-    | Annotated[
-        UnknownCreateElicitationRequest, Tag("UnknownCreateElicitationRequest")
-    ],
+    | Annotated[UnknownCreateElicitationRequest, Tag("UnknownCreateElicitationRequest")],
     Discriminator(
         route(
             "mode",
             "mode",
-            {
-                "form": "FormCreateElicitationRequest",
-                "url": "UrlCreateElicitationRequest",
-            },
+            {"form": "FormCreateElicitationRequest", "url": "UrlCreateElicitationRequest"},
             other="UnknownCreateElicitationRequest",
             missing=None,
         )
@@ -2069,9 +1718,7 @@ ElicitationPropertySchema = Annotated[
     | Annotated[IntegerPropertySchema, Tag("IntegerPropertySchema")]
     | Annotated[BooleanPropertySchema, Tag("BooleanPropertySchema")]
     | Annotated[MultiSelectPropertySchema, Tag("MultiSelectPropertySchema")]
-    | Annotated[
-        UnknownElicitationPropertySchema, Tag("UnknownElicitationPropertySchema")
-    ],
+    | Annotated[UnknownElicitationPropertySchema, Tag("UnknownElicitationPropertySchema")],
     Discriminator(
         route(
             "type",
@@ -2130,10 +1777,7 @@ SessionConfigOption = Annotated[
         route(
             "type",
             "type",
-            {
-                "select": "SelectSessionConfigOption",
-                "boolean": "BooleanSessionConfigOption",
-            },
+            {"select": "SelectSessionConfigOption", "boolean": "BooleanSessionConfigOption"},
             other="UnknownSessionConfigOption",
             missing=None,
         )
@@ -2141,9 +1785,7 @@ SessionConfigOption = Annotated[
 ]
 """A session configuration option selector and its current state."""
 
-SessionConfigSelectOptions = (
-    list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
-)
+SessionConfigSelectOptions = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
 """Possible values for a session configuration option."""
 
 AvailableCommand = Annotated[
@@ -2274,11 +1916,7 @@ PlanUpdateContent = Annotated[
     | Annotated[UnknownPlanUpdateContent, Tag("UnknownPlanUpdateContent")],
     Discriminator(
         route(
-            "type",
-            "type",
-            {"items": "PlanItems"},
-            other="UnknownPlanUpdateContent",
-            missing=None,
+            "type", "type", {"items": "PlanItems"}, other="UnknownPlanUpdateContent", missing=None
         )
     ),
 ]
@@ -2304,27 +1942,15 @@ ReplayFrom = Annotated[
     Annotated[ReplayFromStart, Tag("ReplayFromStart")]
     | Annotated[UnknownReplayFrom, Tag("UnknownReplayFrom")],
     Discriminator(
-        route(
-            "type",
-            "type",
-            {"start": "ReplayFromStart"},
-            other="UnknownReplayFrom",
-            missing=None,
-        )
+        route("type", "type", {"start": "ReplayFromStart"}, other="UnknownReplayFrom", missing=None)
     ),
 ]
 """Inclusive cursor describing where replayed session history should begin."""
 
 SetSessionConfigOptionRequest = Annotated[
     Annotated[IdSetSessionConfigOptionRequest, Tag("IdSetSessionConfigOptionRequest")]
-    | Annotated[
-        BooleanSetSessionConfigOptionRequest,
-        Tag("BooleanSetSessionConfigOptionRequest"),
-    ]
-    | Annotated[
-        UnknownSetSessionConfigOptionRequest,
-        Tag("UnknownSetSessionConfigOptionRequest"),
-    ],
+    | Annotated[BooleanSetSessionConfigOptionRequest, Tag("BooleanSetSessionConfigOptionRequest")]
+    | Annotated[UnknownSetSessionConfigOptionRequest, Tag("UnknownSetSessionConfigOptionRequest")],
     Discriminator(
         route(
             "type",
@@ -2343,17 +1969,12 @@ SetSessionConfigOptionRequest = Annotated[
 RequestPermissionOutcome = Annotated[
     Annotated[CancelledPermissionOutcome, Tag("CancelledPermissionOutcome")]
     | Annotated[SelectedPermissionOutcome, Tag("SelectedPermissionOutcome")]
-    | Annotated[
-        UnknownRequestPermissionOutcome, Tag("UnknownRequestPermissionOutcome")
-    ],
+    | Annotated[UnknownRequestPermissionOutcome, Tag("UnknownRequestPermissionOutcome")],
     Discriminator(
         route(
             "outcome",
             "outcome",
-            {
-                "cancelled": "CancelledPermissionOutcome",
-                "selected": "SelectedPermissionOutcome",
-            },
+            {"cancelled": "CancelledPermissionOutcome", "selected": "SelectedPermissionOutcome"},
             other="UnknownRequestPermissionOutcome",
             missing=None,
         )
@@ -2363,13 +1984,9 @@ RequestPermissionOutcome = Annotated[
 
 CreateElicitationResponse = Annotated[
     Annotated[AcceptCreateElicitationResponse, Tag("AcceptCreateElicitationResponse")]
-    | Annotated[
-        DeclineCreateElicitationResponse, Tag("DeclineCreateElicitationResponse")
-    ]
+    | Annotated[DeclineCreateElicitationResponse, Tag("DeclineCreateElicitationResponse")]
     | Annotated[CancelCreateElicitationResponse, Tag("CancelCreateElicitationResponse")]
-    | Annotated[
-        UnknownCreateElicitationResponse, Tag("UnknownCreateElicitationResponse")
-    ],
+    | Annotated[UnknownCreateElicitationResponse, Tag("UnknownCreateElicitationResponse")],
     Discriminator(
         route(
             "action",
@@ -2401,10 +2018,7 @@ AGENT_METHODS: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {
     "session/new": (NewSessionRequest, NewSessionResponse),
     "session/prompt": (PromptRequest, PromptResponse),
     "session/resume": (ResumeSessionRequest, ResumeSessionResponse),
-    "session/set_config_option": (
-        SetSessionConfigOptionRequest,
-        SetSessionConfigOptionResponse,
-    ),
+    "session/set_config_option": (SetSessionConfigOptionRequest, SetSessionConfigOptionResponse),
     "terminal/cancel": (CancelTerminalRequest, CancelTerminalResponse),
     "tool_call/cancel": (CancelToolCallRequest, CancelToolCallResponse),
 }
