@@ -67,7 +67,9 @@ class EchoAgent:
         self.sessions[session.session_id] = session
         return schema.NewSessionResponse(session_id=session.session_id)
 
-    async def list_sessions(self, params: schema.ListSessionsRequest) -> schema.ListSessionsResponse:
+    async def list_sessions(
+        self, params: schema.ListSessionsRequest
+    ) -> schema.ListSessionsResponse:
         found = [s for s in self.sessions.values() if params.cwd in (schema.UNSET, None, s.cwd)]
         start = _decode_cursor(params.cursor, len(found))
         page = found[start : start + LIST_PAGE_SIZE]
@@ -149,11 +151,14 @@ class EchoAgent:
             for piece in _split(f"Echo: {text}", self.chunks):
                 if self.delay_s and sent:
                     await asyncio.sleep(self.delay_s)
-                await self.agent.send_update(sid, {
-                    "sessionUpdate": "agent_message_chunk",
-                    "messageId": reply_id,
-                    "content": {"type": "text", "text": piece},
-                })
+                await self.agent.send_update(
+                    sid,
+                    {
+                        "sessionUpdate": "agent_message_chunk",
+                        "messageId": reply_id,
+                        "content": {"type": "text", "text": piece},
+                    },
+                )
                 sent += piece
         except asyncio.CancelledError:
             _uncancel()  # the cancel ends the turn, not this task: report it

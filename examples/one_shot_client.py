@@ -14,7 +14,7 @@ import asyncio
 import os
 import sys
 
-from crow.acp import AcpError, ClientSide, schema, spawn
+from crow.acp import AcpError, ClientSide, StdioTransport, schema, spawn
 
 TURN_TIMEOUT_S = 300
 
@@ -26,6 +26,15 @@ async def main() -> int:
     args = parser.parse_args()
 
     transport = await spawn(args.command)
+    try:
+        return await one_shot(transport, args.prompt)
+    except ConnectionError:
+        await transport.aclose()
+        status = transport.process.returncode if transport.process else None
+        raise ConnectionError(f"the agent closed the connection (exit status {status})") from None
+
+
+async def one_shot(transport: StdioTransport, prompt: str) -> int:
     info = schema.Implementation(name="crow-one-shot-client", version="0.1")
     async with ClientSide(transport, info=info) as client:
         init = await client.initialize()
@@ -36,7 +45,7 @@ async def main() -> int:
             print("The agent does not offer sessions.", file=sys.stderr)
             return 1
         session = await client.new_session(os.getcwd())
-        turn = await session.prompt(args.prompt)
+        turn = await session.prompt(prompt)
         print("Prompt accepted; waiting for session output and completion...")
         async with asyncio.timeout(TURN_TIMEOUT_S):
             await session.wait(turn)

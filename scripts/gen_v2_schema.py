@@ -53,19 +53,45 @@ SHORT_VARIANT_NAMES = {"SessionUpdate"}
 # Tagged objects whose variants only pin the tag's value: one class, open tag.
 FLATTEN = {"IdleStateUpdate"}
 # Envelope unions: the JSON-RPC peer handles envelopes itself.
-SKIP = {"AgentRequest", "AgentResponse", "AgentNotification", "ClientRequest",
-        "ClientResponse", "ClientNotification", "ExtRequest", "ExtResponse",
-        "ExtNotification"}
+SKIP = {
+    "AgentRequest",
+    "AgentResponse",
+    "AgentNotification",
+    "ClientRequest",
+    "ClientResponse",
+    "ClientNotification",
+    "ExtRequest",
+    "ExtResponse",
+    "ExtNotification",
+}
 # The older revision's commands carry no "type" tag; route a missing tag here.
 UNTAGGED_DEFAULT = {"AvailableCommand": "command"}
 # Field names that would shadow pydantic's own attributes.
-RESERVED = {"copy", "dict", "json", "schema", "construct", "validate", "fields",
-            "model_config", "model_fields", "parse_obj", "parse_raw", "from_orm",
-            "update_forward_refs", "schema_json"}
+RESERVED = {
+    "copy",
+    "dict",
+    "json",
+    "schema",
+    "construct",
+    "validate",
+    "fields",
+    "model_config",
+    "model_fields",
+    "parse_obj",
+    "parse_raw",
+    "from_orm",
+    "update_forward_refs",
+    "schema_json",
+}
 
 # Strict ints and bools: "2" is not a protocol version and "false" is not false.
-PRIMITIVES = {"string": "str", "integer": "StrictInt", "number": "float",
-              "boolean": "StrictBool", "null": "None"}
+PRIMITIVES = {
+    "string": "str",
+    "integer": "StrictInt",
+    "number": "float",
+    "boolean": "StrictBool",
+    "null": "None",
+}
 
 
 def pascal(tag: str) -> str:
@@ -101,9 +127,9 @@ class Generator:
         self.older: dict[str, Any] = older["$defs"]
         text = json.dumps(newest)
         self.ref_counts = {n: text.count(f'"#/$defs/{n}"') for n in self.defs}
-        self.aliases: list[tuple[str, str, str]] = []   # (name, expr, doc)
+        self.aliases: list[tuple[str, str, str]] = []  # (name, expr, doc)
         self.unions: list[tuple[str, str, str]] = []
-        self.classes: dict[str, list[str]] = {}         # name -> source lines
+        self.classes: dict[str, list[str]] = {}  # name -> source lines
         self.class_order: list[str] = []
         self.bases: dict[str, list[str]] = {}
         self.tag_fields: dict[str, tuple[str, str]] = {}  # class -> (key, tag)
@@ -129,8 +155,9 @@ class Generator:
                 return f"dict[str, {self.type_of(extra)}]"
             return "dict[str, Any]"
         if t == "integer" and ("minimum" in frag or "maximum" in frag):
-            bounds = ", ".join(f"{k}={frag[m]}" for k, m in (("ge", "minimum"), ("le", "maximum"))
-                               if m in frag)
+            bounds = ", ".join(
+                f"{k}={frag[m]}" for k, m in (("ge", "minimum"), ("le", "maximum")) if m in frag
+            )
             return f"Annotated[StrictInt, Field({bounds})]"
         if t in PRIMITIVES:
             return PRIMITIVES[t]
@@ -167,7 +194,7 @@ class Generator:
             required &= set(old.get("required", []))
             for key, frag in old["properties"].items():
                 props.setdefault(key, frag)
-        for scope in d.get("oneOf", []):      # elicitation scopes: flattened
+        for scope in d.get("oneOf", []):  # elicitation scopes: flattened
             sname = ref_name(scope)
             if sname:
                 props.update(self.defs[sname].get("properties", {}))
@@ -209,9 +236,10 @@ class Generator:
 
     @staticmethod
     def is_string_enum(variants: list[dict[str, Any]]) -> bool:
-        return all(v.get("type") == "string" and ("const" in v or v.get("title") in
-                   ("other", "unknown")) for v in variants) or all(
-                   v.get("type") == "integer" for v in variants)
+        return all(
+            v.get("type") == "string" and ("const" in v or v.get("title") in ("other", "unknown"))
+            for v in variants
+        ) or all(v.get("type") == "integer" for v in variants)
 
     def string_enum(self, name: str, variants: list[dict[str, Any]], doc: str) -> None:
         if variants[0].get("type") == "integer":
@@ -233,19 +261,21 @@ class Generator:
                     return key, None
         return None
 
-    def tagged_union(self, name: str, d: dict[str, Any], variants: list[dict[str, Any]],
-                     doc: str) -> None:
-        common, common_req = self.own_shape(name, {k: v for k, v in d.items()
-                                                   if k not in ("anyOf", "oneOf")})
+    def tagged_union(
+        self, name: str, d: dict[str, Any], variants: list[dict[str, Any]], doc: str
+    ) -> None:
+        common, common_req = self.own_shape(
+            name, {k: v for k, v in d.items() if k not in ("anyOf", "oneOf")}
+        )
         mixin = None
         if common:
             mixin = f"_{name}Common"
             self.emit_class(mixin, ["AcpModel"], "", self.field_lines(common, common_req))
-        members: list[tuple[str | None, str]] = []    # (tag or None=missing, class)
+        members: list[tuple[str | None, str]] = []  # (tag or None=missing, class)
         key = ""
         for v in variants:
             tag = self.tag_of(v)
-            if tag is None:   # untagged member: chosen when the tag is absent
+            if tag is None:  # untagged member: chosen when the tag is absent
                 members.append((None, self.type_of(v)))
                 continue
             key, const = tag
@@ -253,9 +283,14 @@ class Generator:
                 cls = f"Unknown{name}"
                 props, req = self.own_shape(cls, v)
                 props = {k: f for k, f in props.items() if k != key}
-                lines = [f"    {snake(key)}: str" + (f' = Field(alias="{key}")' if snake(key) != key else "")]
+                lines = [
+                    f"    {snake(key)}: str"
+                    + (f' = Field(alias="{key}")' if snake(key) != key else "")
+                ]
                 lines += self.field_lines(props, req)
-                self.emit_class(cls, [mixin or "AcpModel"], f"An unrecognised {name}, kept whole.", lines)
+                self.emit_class(
+                    cls, [mixin or "AcpModel"], f"An unrecognised {name}, kept whole.", lines
+                )
                 members.append(("*", cls))
                 continue
             members.append((const, self.variant_class(name, v, key, const, mixin)))
@@ -264,18 +299,19 @@ class Generator:
         self.union_members[name] = [c for _, c in members]
         self.unions.append((name, self.union_expr(name, key, members), doc))
 
-    def variant_class(self, union: str, v: dict[str, Any], key: str, const: str,
-                      mixin: str | None) -> str:
+    def variant_class(
+        self, union: str, v: dict[str, Any], key: str, const: str, mixin: str | None
+    ) -> str:
         base = ref_name(v)
         extra = {k: f for k, f in v.get("properties", {}).items() if k != key}
         extra_req = set(v.get("required", [])) - {key}
         optional_tag = union in UNTAGGED_DEFAULT and UNTAGGED_DEFAULT[union] == const
         tag_line = self.tag_line(key, const, optional_tag)
         if base and "anyOf" in self.defs[base] and "properties" not in self.defs[base]:
-            self.nested_tags[base] = tag_line   # a union inside a union: tag its members
+            self.nested_tags[base] = tag_line  # a union inside a union: tag its members
             return base
         if base and self.ref_counts.get(base, 0) == 1 and not mixin and not extra:
-            self.tag_fields[base] = (key, const)      # the tag goes on the base itself
+            self.tag_fields[base] = (key, const)  # the tag goes on the base itself
             self.pending_tags.setdefault(base, tag_line)
             return base
         suffix = "" if union in SHORT_VARIANT_NAMES else union
@@ -283,12 +319,12 @@ class Generator:
         if cls in self.defs:
             cls += "Variant"
         bases = [b for b in (mixin, base) if b] or ["AcpModel"]
-        self.emit_class(cls, bases, doc_line(v), [tag_line] + self.field_lines(extra, extra_req))
+        self.emit_class(cls, bases, doc_line(v), [tag_line, *self.field_lines(extra, extra_req)])
         return cls
 
     def tag_line(self, key: str, const: str, optional: bool) -> str:
         alias = f', alias="{key}"' if snake(key) != key else ""
-        if optional:   # absent in the older revision: keep it absent on dump
+        if optional:  # absent in the older revision: keep it absent on dump
             return f"    {snake(key)}: Literal[{const!r}] | UNSET_T = Field(UNSET{alias})"
         return f"    {snake(key)}: Literal[{const!r}] = Field({const!r}{alias})"
 
@@ -298,9 +334,11 @@ class Generator:
         parts = [f"Annotated[{c}, Tag({c!r})]" for c in dict.fromkeys(tags.values())]
         fallback = tags.get("*")
         missing = tags.get(None)
-        return (f"Annotated[\n    {' | '.join(parts)},\n"
-                f"    Discriminator(route({key!r}, {snake(key)!r}, {{{routes}}}, "
-                f"other={fallback!r}, missing={missing!r})),\n]")
+        return (
+            f"Annotated[\n    {' | '.join(parts)},\n"
+            f"    Discriminator(route({key!r}, {snake(key)!r}, {{{routes}}}, "
+            f"other={fallback!r}, missing={missing!r})),\n]"
+        )
 
     def flattened(self, name: str, d: dict[str, Any], doc: str) -> None:
         props, required = self.own_shape(name, d)
@@ -310,10 +348,17 @@ class Generator:
                 props.update(self.defs[sub].get("properties", {}))
         stop = self.older.get("StopReason", {}).get("anyOf", [])
         known = [v["const"] for v in stop if "const" in v] + ["error"]
-        self.aliases.append(("StopReason", f"Literal[{', '.join(map(repr, known))}] | str",
-                             "Why foreground work ended (open: unknown reasons are kept)."))
-        props["stopReason"] = {"anyOf": [{"$ref": "#/$defs/StopReason"}, {"type": "null"}],
-                               "x-deserialize-default-on-error": True}
+        self.aliases.append(
+            (
+                "StopReason",
+                f"Literal[{', '.join(map(repr, known))}] | str",
+                "Why foreground work ended (open: unknown reasons are kept).",
+            )
+        )
+        props["stopReason"] = {
+            "anyOf": [{"$ref": "#/$defs/StopReason"}, {"type": "null"}],
+            "x-deserialize-default-on-error": True,
+        }
         self.emit_class(name, ["AcpModel"], doc, self.field_lines(props, required))
 
     # ---- method tables ------------------------------------------------------
@@ -326,8 +371,11 @@ class Generator:
             kind = "result" if name.endswith("Response") else "params"
             table[side].setdefault(method, {})[kind] = name
         out = []
-        for side, title in (("agent", "AGENT_METHODS"), ("client", "CLIENT_METHODS"),
-                            ("protocol", "PROTOCOL_METHODS")):
+        for side, title in (
+            ("agent", "AGENT_METHODS"),
+            ("client", "CLIENT_METHODS"),
+            ("protocol", "PROTOCOL_METHODS"),
+        ):
             out.append(f"{title}: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {{")
             for method, kinds in sorted(table[side].items()):
                 out.append(f"    {method!r}: ({kinds['params']}, {kinds.get('result')}),")
@@ -360,7 +408,9 @@ class Generator:
         self.run()
         for union, line in self.nested_tags.items():
             for cls in self.union_members[union]:
-                self.classes[cls].insert(1 if self.classes[cls][0].lstrip().startswith('"""') else 0, line)
+                self.classes[cls].insert(
+                    1 if self.classes[cls][0].lstrip().startswith('"""') else 0, line
+                )
         for cls, line in self.pending_tags.items():
             body = self.classes[cls]
             at = 1 if body and body[0].lstrip().startswith('"""') else 0
@@ -368,7 +418,7 @@ class Generator:
             if body[-1] == "    pass":
                 body.pop()
         out = [
-            f'"""ACP v2 wire models. GENERATED by scripts/gen_v2_schema.py: do not edit.',
+            '"""ACP v2 wire models. GENERATED by scripts/gen_v2_schema.py: do not edit.',
             "",
             f"Source: shared/spec/schema/{NEWEST} (sha256 {digest[:16]}...),",
             f"relaxed to accept shared/spec/schema/{OLDER} as well.",
@@ -403,7 +453,7 @@ class Generator:
         out.append("")
         for name, expr, doc in self.ordered_unions():
             out += ["", f"{name} = {expr}"] + ([f'"""{doc}"""'] if doc else [])
-        out += ["", ""] + self.methods() + [""]
+        out += ["", "", *self.methods(), ""]
         return "\n".join(out)
 
 
@@ -412,8 +462,13 @@ def generate() -> str:
     newest = json.loads(newest_bytes)
     older = json.loads((SCHEMA_DIR / OLDER).read_bytes())
     source = Generator(newest, older).render(hashlib.sha256(newest_bytes).hexdigest())
-    formatted = subprocess.run([sys.executable, "-m", "ruff", "format", "--quiet", "-"],
-                               input=source, capture_output=True, text=True, check=True)
+    formatted = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--quiet", "-"],
+        input=source,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return formatted.stdout
 
 

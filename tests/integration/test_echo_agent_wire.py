@@ -39,10 +39,16 @@ BAD_INPUT = [
     (b'{"jsonrpc":"2.0","id":4,"method":"session/load","params":{}}', METHOD_NOT_FOUND, 4),
     (b'{"jsonrpc":"2.0","id":9,"method":"session/new","params":{}}', INVALID_PARAMS, 9),
     (b'{"jsonrpc":"2.0","id":10,"method":"session/new","params":{"cwd":42}}', INVALID_PARAMS, 10),
-    (b'{"jsonrpc":"2.0","id":11,"method":"session/new","params":{"cwd":"rel/dir"}}',
-     INVALID_PARAMS, 11),
-    (b'{"jsonrpc":"2.0","id":12,"method":"session/list","params":{"cursor":"garbage"}}',
-     INVALID_PARAMS, 12),
+    (
+        b'{"jsonrpc":"2.0","id":11,"method":"session/new","params":{"cwd":"rel/dir"}}',
+        INVALID_PARAMS,
+        11,
+    ),
+    (
+        b'{"jsonrpc":"2.0","id":12,"method":"session/list","params":{"cursor":"garbage"}}',
+        INVALID_PARAMS,
+        12,
+    ),
 ]
 
 
@@ -51,7 +57,9 @@ def probe(agent) -> None:
     assert "result" in response
 
 
-@pytest.mark.parametrize(("line", "code", "rid"), BAD_INPUT, ids=[str(c[0][:40]) for c in BAD_INPUT])
+@pytest.mark.parametrize(
+    ("line", "code", "rid"), BAD_INPUT, ids=[str(c[0][:40]) for c in BAD_INPUT]
+)
 def test_bad_input_gets_the_right_error_and_the_connection_survives(echo_agent, line, code, rid):
     echo_agent.initialize()
     echo_agent.write(line + b"\n")
@@ -71,8 +79,10 @@ def test_invalid_params_carry_the_validation_detail(echo_agent):
 
 def test_bad_input_in_one_read_with_the_next_message(echo_agent):
     echo_agent.initialize()
-    echo_agent.write(b'{"jsonrpc":"2.0","id":1,"method":\n'
-                     b'{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}\n')
+    echo_agent.write(
+        b'{"jsonrpc":"2.0","id":1,"method":\n'
+        b'{"jsonrpc":"2.0","id":2,"method":"session/list","params":{}}\n'
+    )
     assert echo_agent.recv()["error"]["code"] == PARSE_ERROR
     assert "result" in echo_agent.recv()
 
@@ -108,8 +118,10 @@ def test_ids_keep_their_json_type(echo_agent):
 def test_batch_is_answered_as_one_array(echo_agent):
     """§2.4 [H]: one array back, an entry per request, none for notifications."""
     echo_agent.initialize()
-    echo_agent.write(b'[{"jsonrpc":"2.0","id":10,"method":"session/list","params":{}},'
-                     b'{"jsonrpc":"2.0","method":"_acme/n"},1]\n')
+    echo_agent.write(
+        b'[{"jsonrpc":"2.0","id":10,"method":"session/list","params":{}},'
+        b'{"jsonrpc":"2.0","method":"_acme/n"},1]\n'
+    )
     reply = echo_agent.recv()
     assert isinstance(reply, list) and len(reply) == 2
     by_id = {json.dumps(r["id"]): r for r in reply}
@@ -123,8 +135,12 @@ def test_batch_is_answered_as_one_array(echo_agent):
 def test_oversized_message_is_refused_and_the_connection_survives(make_agent):
     agent = make_agent("--max-message-bytes", "4096")
     agent.initialize()
-    big = {"jsonrpc": "2.0", "id": 31, "method": "session/new",
-           "params": {"cwd": "/tmp", "_meta": {"pad": "x" * 10000}}}
+    big = {
+        "jsonrpc": "2.0",
+        "id": 31,
+        "method": "session/new",
+        "params": {"cwd": "/tmp", "_meta": {"pad": "x" * 10000}},
+    }
     agent.send(big)
     reply = agent.recv()
     assert reply["error"]["code"] == INVALID_REQUEST and reply["id"] == 31
@@ -150,25 +166,35 @@ def test_initialize_answers_v2_shape_with_object_markers(echo_agent):
 
 
 def test_newer_client_version_is_answered_with_2(echo_agent):
-    response, _ = echo_agent.request("initialize", {
-        "protocolVersion": 3, "info": {"name": "t", "version": "1"}})
+    response, _ = echo_agent.request(
+        "initialize", {"protocolVersion": 3, "info": {"name": "t", "version": "1"}}
+    )
     assert response["result"]["protocolVersion"] == 2
 
 
 def test_v1_client_gets_unsupported_version(echo_agent):
-    response, _ = echo_agent.request("initialize", {
-        "protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "v1", "version": "1"}})
+    response, _ = echo_agent.request(
+        "initialize",
+        {
+            "protocolVersion": 1,
+            "clientCapabilities": {},
+            "clientInfo": {"name": "v1", "version": "1"},
+        },
+    )
     assert response["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
     assert response["error"]["data"] == {"requested": 1, "supported": [2]}
     assert echo_agent.initialize()["result"]["protocolVersion"] == 2
 
 
-@pytest.mark.parametrize("params", [
-    {"info": {"name": "t", "version": "1"}},
-    {"protocolVersion": "two", "info": {"name": "t", "version": "1"}},
-    {"protocolVersion": "2", "info": {"name": "t", "version": "1"}},
-    {"protocolVersion": 2},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"info": {"name": "t", "version": "1"}},
+        {"protocolVersion": "two", "info": {"name": "t", "version": "1"}},
+        {"protocolVersion": "2", "info": {"name": "t", "version": "1"}},
+        {"protocolVersion": 2},
+    ],
+)
 def test_malformed_initialize_leaves_the_connection_uninitialized(echo_agent, params):
     response, _ = echo_agent.request("initialize", params)
     assert response["error"]["code"] == INVALID_PARAMS
@@ -199,13 +225,21 @@ def test_prompt_lifecycle_in_order(make_agent):
     agent = make_agent("--chunks", "3")
     agent.initialize()
     sid = agent.new_session()
-    response, before = agent.request("session/prompt", {
-        "sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]})
+    response, before = agent.request(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}
+    )
     message_id = response["result"]["messageId"]
     seen = updates(before + agent.until_update(is_idle))
     kinds = [u["sessionUpdate"] for u in seen]
-    assert kinds == ["user_message", "state_update", "agent_message_chunk", "agent_message_chunk",
-                     "agent_message_chunk", "agent_message", "state_update"]
+    assert kinds == [
+        "user_message",
+        "state_update",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "agent_message",
+        "state_update",
+    ]
     assert seen[0]["messageId"] == message_id
     assert seen[0]["content"] == [{"type": "text", "text": "hello"}]
     assert seen[1]["state"] == "running"
@@ -218,8 +252,9 @@ def test_prompt_is_acknowledged_before_the_turn_ends(make_agent):
     agent = make_agent("--chunks", "5", "--delay-ms", "100")
     agent.initialize()
     sid = agent.new_session()
-    _, before = agent.request("session/prompt", {
-        "sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]})
+    _, before = agent.request(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}
+    )
     assert not any(is_idle(u) for u in updates(before))
     agent.until_update(is_idle)
 
@@ -259,8 +294,9 @@ def test_close_while_running_sends_cancelled_idle_before_the_reply(make_agent):
     response, before = agent.request("session/close", {"sessionId": sid})
     assert response["result"] == {}
     assert [u for u in updates(before) if is_idle(u)][-1]["stopReason"] == "cancelled"
-    after, _ = agent.request("session/prompt", {
-        "sessionId": sid, "prompt": [{"type": "text", "text": "y"}]})
+    after, _ = agent.request(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "y"}]}
+    )
     assert after["error"]["code"] == RESOURCE_NOT_FOUND
     assert after["error"]["data"] == {"sessionId": sid}
 
@@ -277,12 +313,14 @@ def test_resume_with_replay_repeats_history_then_state_then_reply(make_agent):
     agent = make_agent("--chunks", "2")
     agent.initialize()
     sid = agent.new_session()
-    response, before = agent.request("session/prompt", {
-        "sessionId": sid, "prompt": [{"type": "text", "text": "remember me"}]})
+    response, before = agent.request(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "remember me"}]}
+    )
     live = updates(before + agent.until_update(is_idle))
     agent.request("session/close", {"sessionId": sid})
-    resumed, replay_msgs = agent.request("session/resume", {
-        "sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "start"}})
+    resumed, replay_msgs = agent.request(
+        "session/resume", {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+    )
     assert resumed["result"] == {}
     replay = updates(replay_msgs)
     assert [u["sessionUpdate"] for u in replay] == ["user_message", "agent_message", "state_update"]
@@ -303,8 +341,9 @@ def test_resume_without_replay_sends_only_the_state(echo_agent):
 def test_resume_with_an_unknown_cursor_is_refused_without_replay(echo_agent):
     echo_agent.initialize()
     sid = echo_agent.new_session()
-    response, before = echo_agent.request("session/resume", {
-        "sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "_acme_from"}})
+    response, before = echo_agent.request(
+        "session/resume", {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "_acme_from"}}
+    )
     assert response["error"]["code"] == INVALID_PARAMS
     assert updates(before) == []
 
@@ -338,7 +377,9 @@ def test_stdout_carries_only_json_rpc_lines(make_agent):
     agent = make_agent("--chunks", "4")
     agent.initialize()
     sid = agent.new_session()
-    agent.request("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "a\nb"}]})
+    agent.request(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "a\nb"}]}
+    )
     agent.until_update(is_idle)
     agent.close()
     assert agent.raw_stdout

@@ -71,7 +71,7 @@ class ClientSide:
         )
         self.projections: dict[str, SessionProjection] = {}
         self._listeners: list[UpdateListener] = []
-        self._state_changed: dict[str, asyncio.Event] = {}  # fired, then replaced
+        self._changed: dict[str, asyncio.Event] = {}  # per session: fired, then replaced
         self._permission_tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._runner: asyncio.Task[None] | None = None
 
@@ -84,7 +84,7 @@ class ClientSide:
         try:
             await self.peer.run()
         finally:
-            for event in self._state_changed.values():
+            for event in self._changed.values():
                 event.set()  # wake waiters: they see the connection closed
 
     async def __aexit__(
@@ -205,13 +205,20 @@ class ClientSide:
     async def wait(self, session_id: str, turn: Turn) -> Turn:
         """Wait until ``turn`` ended (the caller bounds the wait)."""
         while not turn.done:
-            if self.peer.closed.is_set():
-                raise ConnectionError("the agent closed the connection during the turn")
-            event = self._state_changed.get(session_id)
-            if event is None:
-                event = self._state_changed[session_id] = asyncio.Event()
-            await event.wait()
+            await self.next_update(session_id)
         return turn
+
+    async def next_update(self, session_id: str) -> None:
+        """Wait until the next update of the session has been applied.
+
+        Raises ConnectionError once the connection is closed.
+        """
+        if self.peer.closed.is_set():
+            raise ConnectionError("the agent closed the connection")
+        event = self._changed.get(session_id)
+        if event is None:
+            event = self._changed[session_id] = asyncio.Event()
+        await event.wait()
 
     # ---- inbound --------------------------------------------------------------
     def projection(self, session_id: str) -> SessionProjection:
@@ -231,10 +238,9 @@ class ClientSide:
         self.projection(note.session_id).apply(note.update)
         for listener in self._listeners:
             listener(note.session_id, note.update)
-        if getattr(note.update, "session_update", None) == "state_update":
-            event = self._state_changed.pop(note.session_id, None)
-            if event is not None:
-                event.set()
+        event = self._changed.pop(note.session_id, None)
+        if event is not None:
+            event.set()
 
     async def _on_request(self, method: str, params: dict[str, Any] | None) -> Any:
         if method != "session/request_permission":

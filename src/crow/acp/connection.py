@@ -222,6 +222,7 @@ class Connection:
             return _error_message(
                 None, InvalidRequest("A request id must be a string or an integer")
             )
+        assert isinstance(rid, (int, str))
         return self._classify_request(rid, method, params)
 
     def _classify_request(

@@ -197,7 +197,7 @@ _BY_CODE: dict[int, type[AcpError]] = {
 }
 
 
-class ConnectionClosed(Exception):
+class ConnectionClosed(ConnectionError):
     """The connection closed while a request was waiting for its response."""
 
 

@@ -38,6 +38,13 @@ class AcpModel(BaseModel):
         defer_build=True,
     )
 
+    def model_post_init(self, context: Any, /) -> None:
+        # With defer_build a class whose instances were made by a parent's
+        # validator is never built itself, and dumping it then fails: build it.
+        cls = type(self)
+        if not cls.__pydantic_complete__:
+            cls.model_rebuild()
+
     def to_wire(self) -> dict[str, Any]:
         """The JSON object for this model: camelCase keys, unset fields left out."""
         return self.model_dump(mode="json", by_alias=True)

@@ -60,7 +60,7 @@ def route(
             tag = getattr(value, attr, None)
         else:
             return None
-        if tag is None:
+        if tag is None or tag is UNSET:
             return missing
         found = known.get(tag) if isinstance(tag, str) else None
         return found if found is not None else other

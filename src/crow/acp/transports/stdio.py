@@ -145,16 +145,24 @@ async def spawn(
     env: dict[str, str] | None = None,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
 ) -> StdioTransport:
-    """Start an agent subprocess; its stderr goes to ours."""
+    """Start an agent subprocess; its stderr goes to ours.
+
+    Raises ConnectionError (with a one-line reason) when it cannot be started.
+    """
     argv = shlex.split(command) if isinstance(command, str) else list(command)
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        limit=_READ_CHUNK * 2,
-    )
+    if not argv:
+        raise ConnectionError("no agent command given")
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            limit=_READ_CHUNK * 2,
+        )
+    except OSError as exc:
+        raise ConnectionError(f"cannot start the agent {argv[0]!r}: {exc.strerror}") from exc
     assert process.stdout is not None and process.stdin is not None
     return StdioTransport(
         process.stdout, process.stdin, max_message_bytes=max_message_bytes, process=process

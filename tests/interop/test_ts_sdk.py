@@ -1,0 +1,93 @@
+"""crow.acp against the official TypeScript SDK, in both directions.
+
+- The SDK's v2 client (tests/interop/ts/drive_agent.mjs, every message validated
+  by the SDK's own schemas) drives examples/echo_agent.py through initialize →
+  new → prompt → idle → resume with replay → close.
+- crow.acp's client drives the SDK's echo agent (tests/interop/ts/echo_agent.mjs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from support import ROOT
+
+from crow.acp import ClientSide, schema, spawn
+
+TS_DIR = ROOT / "tests" / "interop" / "ts"
+ECHO_AGENT = f"{sys.executable} {ROOT / 'examples' / 'echo_agent.py'}"
+TS_ECHO_AGENT = f"node {TS_DIR / 'echo_agent.mjs'}"
+CLIENT_INFO = schema.Implementation(name="crow-interop", version="0")
+
+pytestmark = pytest.mark.interop
+
+
+def drive(command: str, prompt: str) -> dict:
+    result = subprocess.run(
+        ["node", str(TS_DIR / "drive_agent.mjs"), "--command", command, "--prompt", prompt],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=TS_DIR,
+    )
+    report = json.loads(result.stdout)
+    assert report["ok"], f"{report.get('error')}\n{result.stderr}"
+    assert result.returncode == 0
+    return report
+
+
+@pytest.mark.parametrize("chunks", ["1", "3"])
+def test_the_ts_sdk_client_drives_crows_echo_agent(chunks):
+    report = drive(f"{ECHO_AGENT} --chunks {chunks}", "hello from the TS SDK")
+    assert report["initialize"]["protocolVersion"] == 2
+    assert report["stopReason"] == "end_turn"
+    assert report["agentText"] == "Echo: hello from the TS SDK"
+    live = report["liveUpdates"]
+    user = next(u for u in live if u["sessionUpdate"] == "user_message")
+    assert user["messageId"] == report["promptResponse"]["messageId"]
+    kinds = [u["sessionUpdate"] for u in report["replayUpdates"]]
+    assert kinds == ["user_message", "agent_message", "state_update"]
+    replay_ids = [u["messageId"] for u in report["replayUpdates"][:2]]
+    live_agent = next(u for u in live if u["sessionUpdate"] == "agent_message")
+    assert replay_ids == [user["messageId"], live_agent["messageId"]]
+
+
+async def test_crows_client_drives_the_ts_sdk_echo_agent():
+    transport = await spawn(f"{TS_ECHO_AGENT} --chunks 4", cwd=str(TS_DIR))
+    async with ClientSide(transport, info=CLIENT_INFO) as client:
+        init = await client.initialize()
+        assert init.protocol_version == 2 and init.capabilities.session is not schema.UNSET
+        session = await client.new_session(os.getcwd())
+        turn = await session.run("hello from crow")
+        assert turn.stop_reason == "end_turn"
+        assert session.projection.text() == "Echo: hello from crow"
+        user_id = session.last_prompt_response.message_id
+        assert session.projection.messages[user_id].text == "hello from crow"
+
+        listed = await client.list_sessions(cwd=os.getcwd())
+        assert session.id in [s.session_id for s in listed.sessions]
+
+        live = [(m.message_id, m.role, m.text) for m in session.projection.messages.values()]
+        resumed = await client.resume_session(session.id, os.getcwd(), replay=True)
+        replayed = [(m.message_id, m.role, m.text) for m in resumed.projection.messages.values()]
+        assert replayed == live
+        assert resumed.projection.state == "idle"
+        await resumed.close()
+
+
+async def test_crows_client_cancels_a_ts_sdk_agent_turn():
+    transport = await spawn(f"{TS_ECHO_AGENT} --chunks 40 --delay-ms 50", cwd=str(TS_DIR))
+    async with ClientSide(transport, info=CLIENT_INFO) as client:
+        await client.initialize()
+        session = await client.new_session(os.getcwd())
+        turn = await session.prompt("a long reply to cancel")
+        while not session.projection.text():
+            await client.next_update(session.id)
+        await session.cancel()
+        await session.wait(turn)
+        assert turn.stop_reason == "cancelled"
+        assert len(session.projection.text()) < len("Echo: a long reply to cancel")
