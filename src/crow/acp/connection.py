@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+import orjson
+
 from .errors import (
     AcpError,
     AcpUsageError,
@@ -110,7 +112,17 @@ Event: TypeAlias = Request | Notification | Response | CancelRequest | Send | Ba
 
 def encode(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
     """Compact JSON, one line: a message never contains a raw newline (§2)."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+    return orjson.dumps(message)
+
+
+def decode(frame: bytes) -> Any:
+    """Parse one frame.  Raises ValueError for anything that is not JSON."""
+    try:
+        return orjson.loads(frame)
+    except orjson.JSONDecodeError:
+        # orjson refuses some valid JSON (integers past 64 bits): ask the stdlib
+        # before calling the frame unparsable.
+        return json.loads(frame)
 
 
 def _id_key(value: RequestId) -> str:
@@ -142,7 +154,7 @@ class Connection:
     def receive(self, frame: bytes) -> list[Event]:
         """Parse one frame into events.  Never raises for bad input."""
         try:
-            message = json.loads(frame)
+            message = decode(frame)
         except (ValueError, UnicodeDecodeError):
             if not frame.strip():
                 return []  # blank lines are tolerated (§2)
@@ -157,7 +169,7 @@ class Connection:
     def receive_oversized(self, prefix: bytes) -> list[Event]:
         """A frame past the size limit was discarded; ``prefix`` is its start."""
         match = _ID_PREFIX.search(prefix)
-        rid: RequestId | None = json.loads(match.group(1)) if match else None
+        rid: RequestId | None = decode(match.group(1)) if match else None
         if rid is not None:
             self._inbound.pop(_id_key(rid), None)
         err = MessageTooLarge("Message too large: it exceeds this connection's size limit")

@@ -3,7 +3,10 @@
 // Mirrors the Rust quickstart's simple_agent_v2: in-memory sessions, replay from
 // start, post-resume state snapshot, immediate prompt ack with {messageId}.
 //
-//   node echo_agent.mjs [--chunks N] [--delay-ms D] [--idle-after-new]
+//   node echo_agent.mjs [--chunks N] [--delay-ms D] [--idle-after-new] [--plain]
+//
+// --plain skips our extra validation of every message (acp_validation.mjs), so the
+// agent runs as a plain SDK agent would: the benchmark uses it.
 //
 // stdout carries JSON-RPC only; diagnostics go to stderr.
 import { Readable, Writable } from "node:stream";
@@ -15,7 +18,7 @@ import { validatingStream } from "./acp_validation.mjs";
 console.log = console.info = console.debug = (...a) => console.error(...a);
 
 function parseArgs(argv) {
-  const opts = { chunks: 1, delayMs: 0, idleAfterNew: false };
+  const opts = { chunks: 1, delayMs: 0, idleAfterNew: false, plain: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const num = (name) => {
@@ -26,6 +29,7 @@ function parseArgs(argv) {
     if (a === "--chunks") opts.chunks = Math.max(1, num(a));
     else if (a === "--delay-ms") opts.delayMs = num(a);
     else if (a === "--idle-after-new") opts.idleAfterNew = true;
+    else if (a === "--plain") opts.plain = true;
     else throw new Error(`unknown argument ${a}`);
   }
   return opts;
@@ -257,7 +261,7 @@ const app = acp
 
 const raw = acp.ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin));
 // Our own outgoing traffic must satisfy the SDK schemas; a violation is a bug here.
-const stream = validatingStream(raw, (dir, err) => {
+const stream = opts.plain ? raw : validatingStream(raw, (dir, err) => {
   if (dir === "outgoing") {
     log("BUG, invalid outgoing message:", err);
     process.exit(70);
