@@ -82,21 +82,31 @@ class RawClient:
         started = time.perf_counter()
         done = asyncio.get_running_loop().create_future()
         self.idle[sid] = done
-        await self.request("session/prompt", {
-            "sessionId": sid, "prompt": [{"type": "text", "text": "benchmark " * 20}]})
+        await self.request(
+            "session/prompt",
+            {"sessionId": sid, "prompt": [{"type": "text", "text": "benchmark " * 20}]},
+        )
         await done
         return time.perf_counter() - started
 
 
 async def run_raw(argv: list[str], prompts: int, chunks: int, sessions: int) -> dict[str, float]:
     proc = await asyncio.create_subprocess_exec(
-        *argv, "--chunks", str(chunks), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, limit=1 << 24)
+        *argv,
+        "--chunks",
+        str(chunks),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        limit=1 << 24,
+    )
     client = RawClient(proc)
-    await client.request("initialize", {"protocolVersion": 2,
-                                        "info": {"name": "bench", "version": "0"}})
-    sids = [(await client.request("session/new", {"cwd": os.getcwd()}))["sessionId"]
-            for _ in range(sessions)]
+    await client.request(
+        "initialize", {"protocolVersion": 2, "info": {"name": "bench", "version": "0"}}
+    )
+    sids = [
+        (await client.request("session/new", {"cwd": os.getcwd()}))["sessionId"]
+        for _ in range(sessions)
+    ]
     client.updates = 0
     latencies: list[float] = []
     per_session = prompts // sessions
@@ -116,8 +126,9 @@ async def run_raw(argv: list[str], prompts: int, chunks: int, sessions: int) -> 
     return summarize(len(latencies), updates, elapsed, latencies)
 
 
-async def run_crow_client(argv: list[str], prompts: int, chunks: int,
-                          sessions: int) -> dict[str, float]:
+async def run_crow_client(
+    argv: list[str], prompts: int, chunks: int, sessions: int
+) -> dict[str, float]:
     from crow.acp import ClientSide, schema, spawn
 
     transport = await spawn([*argv, "--chunks", str(chunks)])
@@ -145,15 +156,24 @@ async def startup_and_exit(argv: list[str]) -> tuple[float, float]:
     """Seconds from spawn to initialize answered, and from stdin EOF mid-turn to exit."""
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        *argv, "--chunks", "1000", "--delay-ms", "100", stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, limit=1 << 24)
+        *argv,
+        "--chunks",
+        "1000",
+        "--delay-ms",
+        "100",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        limit=1 << 24,
+    )
     client = RawClient(proc)
-    await client.request("initialize", {"protocolVersion": 2,
-                                        "info": {"name": "bench", "version": "0"}})
+    await client.request(
+        "initialize", {"protocolVersion": 2, "info": {"name": "bench", "version": "0"}}
+    )
     to_initialize = time.perf_counter() - started
     sid = (await client.request("session/new", {"cwd": os.getcwd()}))["sessionId"]
-    await client.request("session/prompt", {"sessionId": sid,
-                                            "prompt": [{"type": "text", "text": "x"}]})
+    await client.request(
+        "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}
+    )
     while sid not in client.running:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)  # mid-turn: chunks are flowing
@@ -188,30 +208,42 @@ async def main() -> None:
     parser.add_argument("--client", choices=["raw", "crow"], default="raw")
     args = parser.parse_args()
 
-    print(f"{args.prompts} prompts x {args.chunks} chunks ({args.chunks + 4} updates each), "
-          f"best of {args.repeat}, client={args.client}")
-    print(f"{'agent':8} {'sessions':>8} {'prompts/s':>10} {'updates/s':>10} "
-          f"{'p50 ms':>8} {'p99 ms':>8}")
+    print(
+        f"{args.prompts} prompts x {args.chunks} chunks ({args.chunks + 4} updates each), "
+        f"best of {args.repeat}, client={args.client}"
+    )
+    print(
+        f"{'agent':8} {'sessions':>8} {'prompts/s':>10} {'updates/s':>10} "
+        f"{'p50 ms':>8} {'p99 ms':>8}"
+    )
     agents = AGENTS if args.client == "raw" else {"crow": AGENTS["crow"]}
     results: dict[tuple[str, int], dict[str, float]] = {}
     for sessions in args.sessions:
         for name, argv in agents.items():
             runner = run_raw if args.client == "raw" else run_crow_client
-            runs = [await runner(argv, args.prompts, args.chunks, sessions)
-                    for _ in range(args.repeat)]
+            runs = [
+                await runner(argv, args.prompts, args.chunks, sessions) for _ in range(args.repeat)
+            ]
             r = results[(name, sessions)] = best(runs)
-            print(f"{name:8} {sessions:>8} {r['prompts_per_s']:>10.0f} {r['updates_per_s']:>10.0f} "
-                  f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}", flush=True)
+            print(
+                f"{name:8} {sessions:>8} {r['prompts_per_s']:>10.0f} {r['updates_per_s']:>10.0f} "
+                f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f}",
+                flush=True,
+            )
     if args.client == "raw":
         for name, argv in agents.items():
             timings = [await startup_and_exit(argv) for _ in range(args.repeat)]
             init_s = statistics.median(t[0] for t in timings)
             exit_s = statistics.median(t[1] for t in timings)
-            print(f"{name}: spawn -> initialize answered {init_s * 1000:.0f} ms, "
-                  f"stdin EOF mid-turn -> exit {exit_s * 1000:.0f} ms (median)")
+            print(
+                f"{name}: spawn -> initialize answered {init_s * 1000:.0f} ms, "
+                f"stdin EOF mid-turn -> exit {exit_s * 1000:.0f} ms (median)"
+            )
         for sessions in args.sessions:
-            ratio = (results[("crow", sessions)]["updates_per_s"]
-                     / results[("ts-sdk", sessions)]["updates_per_s"])
+            ratio = (
+                results[("crow", sessions)]["updates_per_s"]
+                / results[("ts-sdk", sessions)]["updates_per_s"]
+            )
             print(f"crow / ts-sdk updates/s with {sessions} session(s): {ratio:.2f}x")
 
 

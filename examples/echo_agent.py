@@ -230,11 +230,15 @@ async def main() -> None:
     parser.add_argument("--chunks", type=int, default=1, help="split each reply into N chunks")
     parser.add_argument("--delay-ms", type=float, default=0, help="pause between chunks")
     parser.add_argument("--max-message-bytes", type=int, default=MAX_MESSAGE_BYTES)
+    parser.add_argument(
+        "--accept-batches", action="store_true", help="answer JSON-RPC batches as arrays"
+    )
     args = parser.parse_args()
     agent = AgentSide(
         await open_stdio(max_message_bytes=args.max_message_bytes),
         info=schema.Implementation(name="crow-echo-agent", title="Crow echo agent", version="0.1"),
         capabilities=schema.AgentCapabilities(session=schema.SessionCapabilities()),
+        accept_batches=args.accept_batches,
     )
     EchoAgent(agent, chunks=args.chunks, delay_s=args.delay_ms / 1000)
     await agent.serve()

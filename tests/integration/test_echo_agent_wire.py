@@ -115,8 +115,21 @@ def test_ids_keep_their_json_type(echo_agent):
     assert by_digit_string["id"] == "7"
 
 
-def test_batch_is_answered_as_one_array(echo_agent):
-    """§2.4 [H]: one array back, an entry per request, none for notifications."""
+def test_a_batch_is_refused_with_one_error_and_nothing_runs(echo_agent):
+    """§2.4 [T], the default: one -32600 with id null; no entry is processed."""
+    echo_agent.initialize()
+    echo_agent.write(
+        b'[{"jsonrpc":"2.0","id":10,"method":"session/new","params":{"cwd":"/b"}},1]\n'
+    )
+    reply = echo_agent.recv()
+    assert reply["error"]["code"] == INVALID_REQUEST and reply["id"] is None
+    listed, _ = echo_agent.request("session/list", {})
+    assert listed["result"]["sessions"] == []
+
+
+def test_batch_is_answered_as_one_array_when_accepted(make_agent):
+    """§2.4 [H], behind --accept-batches: one array back, no entry for notifications."""
+    echo_agent = make_agent("--accept-batches")
     echo_agent.initialize()
     echo_agent.write(
         b'[{"jsonrpc":"2.0","id":10,"method":"session/list","params":{}},'

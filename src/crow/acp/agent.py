@@ -48,13 +48,13 @@ class AgentSide:
         *,
         info: schema.Implementation,
         capabilities: schema.AgentCapabilities | None = None,
-        reject_batches: bool = False,
+        accept_batches: bool = False,
     ) -> None:
         self.info = info
         self.capabilities = capabilities or schema.AgentCapabilities()
         self.client_info: schema.Implementation | None = None
         self.client_capabilities: schema.ClientCapabilities | None = None
-        self.connection = Connection(require_initialize=True, reject_batches=reject_batches)
+        self.connection = Connection(require_initialize=True, accept_batches=accept_batches)
         self.peer = Peer(
             transport,
             on_request=self._on_request,

@@ -9,9 +9,11 @@ spawns; the async ``Peer`` in ``jsonrpc.py`` adds tasks and a transport.
 Bad input never raises out of ``receive``: it becomes a ``Send`` event carrying
 the error reply (ACP-V2.md §2.3), and the connection stays usable.
 
-Batches follow the spec repository (§2.4, [H]): the entries of an array are
-handled as one ``Batch`` whose replies go back as one array; with
-``reject_batches=True`` an array gets one ``-32600`` instead, as the TS SDK does.
+Batches (§2.4): by default a JSON array gets one ``-32600`` with ``id: null``
+and none of its entries run, as the TS SDK 2.4.0 revision says ("ACP does not
+use JSON-RPC batches").  With ``accept_batches=True`` the spec repository's rule
+applies instead: the entries are handled as one ``Batch`` whose replies go back
+as one array.
 """
 
 from __future__ import annotations
@@ -142,9 +144,9 @@ class Connection:
     ``$/cancel_request``) until ``initialized()`` is called (§3.4).
     """
 
-    def __init__(self, *, require_initialize: bool = False, reject_batches: bool = False) -> None:
+    def __init__(self, *, require_initialize: bool = False, accept_batches: bool = False) -> None:
         self.require_initialize = require_initialize
-        self.reject_batches = reject_batches
+        self.accept_batches = accept_batches
         self.is_initialized = not require_initialize
         self._next_id = 0
         self._outbound: dict[str, str] = {}  # id key -> method, awaiting a reply
@@ -178,8 +180,8 @@ class Connection:
     def _receive_batch(self, entries: list[Any]) -> list[Event]:
         if not entries:
             return [Send(message=_error_message(None, InvalidRequest("Empty batch")))]
-        if self.reject_batches:
-            err = InvalidRequest("Batches are not supported on this connection")
+        if not self.accept_batches:
+            err = InvalidRequest("JSON-RPC batches are not supported: send one message per line")
             return [Send(message=_error_message(None, err))]
         requests: list[Request] = []
         notifications: list[Notification] = []

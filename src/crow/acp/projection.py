@@ -179,16 +179,9 @@ class SessionProjection:
 
     def _apply_tool_call_update(self, update: Any) -> None:
         call = self._tool_call(update.tool_call_id)
-        for name in update.model_fields_set:
-            if name in ("tool_call_id", "session_update", "meta"):
-                continue
-            value = getattr(update, name)
-            if name == "content":
-                call.content = list(value or [])
-            elif value is None:
-                call.fields.pop(name, None)
-            else:
-                call.fields[name] = value
+        content = _patch_fields(call.fields, update, special="content")
+        if content is not UNSET:
+            call.content = list(content or [])
         call.meta = merge_meta(call.meta, update.meta)
 
     def _apply_tool_call_content_chunk(self, update: Any) -> None:
@@ -203,16 +196,9 @@ class SessionProjection:
 
     def _apply_terminal_update(self, update: Any) -> None:
         term = self._terminal(update.terminal_id)
-        for name in update.model_fields_set:
-            if name in ("terminal_id", "session_update", "meta"):
-                continue
-            value = getattr(update, name)
-            if name == "output":
-                term.output = bytearray(_b64(value.data) if value is not None else b"")
-            elif value is None:
-                term.fields.pop(name, None)
-            else:
-                term.fields[name] = value
+        output = _patch_fields(term.fields, update, special="output")
+        if output is not UNSET:  # a snapshot replaces every byte so far
+            term.output = bytearray(_b64(output.data) if output is not None else b"")
         term.meta = merge_meta(term.meta, update.meta)
 
     def _apply_terminal_output_chunk(self, update: Any) -> None:
@@ -248,6 +234,24 @@ class SessionProjection:
         self.usage = update
         if update.cost is UNSET and previous_cost is not UNSET:
             self.usage = update.model_copy(update={"cost": previous_cost})  # omitted keeps
+
+
+_NOT_PATCHED = frozenset({"session_update", "tool_call_id", "terminal_id", "meta"})
+
+
+def _patch_fields(fields: dict[str, Any], update: Any, *, special: str) -> Any:
+    """Apply an upsert's fields to ``fields``: null clears, a value replaces,
+    omitted keeps.  Returns the ``special`` field's value (or UNSET) for the caller."""
+    special_value: Any = UNSET
+    for name in update.model_fields_set - _NOT_PATCHED:
+        value = getattr(update, name)
+        if name == special:
+            special_value = value
+        elif value is None:
+            fields.pop(name, None)
+        else:
+            fields[name] = value
+    return special_value
 
 
 def merge_meta(stored: dict[str, Any] | None, patch: Any) -> dict[str, Any] | None:

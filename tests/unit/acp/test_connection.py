@@ -156,8 +156,8 @@ def test_answering_twice_is_our_bug():
         conn.result(1, {})
 
 
-def test_batch_entries_become_one_batch():
-    conn = ready()
+def test_batch_entries_become_one_batch_when_accepted():
+    conn = Connection(accept_batches=True)
     [batch] = conn.receive(
         b'[{"jsonrpc":"2.0","id":10,"method":"session/list","params":{}},'
         b'{"jsonrpc":"2.0","method":"_acme/n"},1]'
@@ -168,8 +168,8 @@ def test_batch_entries_become_one_batch():
     assert [e["error"]["code"] for e in batch.errors] == [INVALID_REQUEST]
 
 
-def test_batches_can_be_refused_as_the_ts_sdk_does():
-    conn = Connection(reject_batches=True)
+def test_batches_are_refused_by_default_as_the_ts_sdk_does():
+    conn = Connection()
     [reply] = conn.receive(b'[{"jsonrpc":"2.0","id":10,"method":"session/list"}]')
     assert reply.message["error"]["code"] == INVALID_REQUEST and reply.message["id"] is None
 
