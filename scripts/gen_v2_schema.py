@@ -376,7 +376,8 @@ class Generator:
             ("client", "CLIENT_METHODS"),
             ("protocol", "PROTOCOL_METHODS"),
         ):
-            out.append(f"{title}: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {{")
+            out.append("# method: (params type, result type, or None for a notification)")
+            out.append(f"{title}: dict[str, tuple[Any, Any]] = {{")
             for method, kinds in sorted(table[side].items()):
                 out.append(f"    {method!r}: ({kinds['params']}, {kinds.get('result')}),")
             out.append("}")

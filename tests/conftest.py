@@ -6,8 +6,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import fakemodel
 import pytest
+from fakemodel import ScriptedModel
 from support import ECHO_AGENT, RawAgent
+
+scripted_model = fakemodel.scripted_model  # the fixture, for every test
 
 
 @pytest.fixture(autouse=True)
@@ -36,3 +40,22 @@ def make_agent() -> Iterator[Any]:
     yield make
     for agent in agents:
         agent.close()
+
+
+@pytest.fixture
+def crow(crow_home: Path, scripted_model: ScriptedModel) -> Iterator[Any]:
+    """Start ``crow serve`` subprocesses configured for the scripted model."""
+    from serve_support import CrowProcess, write_config
+
+    processes: list[CrowProcess] = []
+
+    def start(*args: str, write: bool = True, **config: Any) -> CrowProcess:
+        if write:
+            write_config(crow_home, scripted_model.base_url, **config)
+        process = CrowProcess(*args)
+        processes.append(process)
+        return process
+
+    yield start
+    for process in processes:
+        process.close()

@@ -1,9 +1,22 @@
-"""The ``crow`` command: wires the layers together, nothing else."""
+"""The ``crow`` command: wires the layers together, nothing else.
+
+crow serve [--model NAME] [--base-url URL]   ACP v2 agent on stdio
+crow init [--force]                          write a commented config.toml
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import logging
+import sys
 from importlib.metadata import version
+from pathlib import Path
+
+from .config import ConfigError, Paths, load_config, write_default_config
+
+EXIT_USAGE = 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -11,6 +24,66 @@ def main(argv: list[str] | None = None) -> int:
         prog="crow", description="Crow: a persistent AI coding agent speaking ACP v2."
     )
     parser.add_argument("--version", action="version", version=f"crow {version('crow-cli')}")
-    parser.parse_args(argv)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve ACP v2 on stdio (for editors and clients)")
+    serve.add_argument("--model", help="the model to use (a configured name, or a model id)")
+    serve.add_argument("--base-url", help="an OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+    serve.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+
+    init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
+    init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "init":
+        return _init(args)
     parser.print_help()
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    paths = Paths.from_env()
+    _setup_logging(paths.logs, args.log_level)
+    try:
+        config = load_config(paths, model=args.model, base_url=args.base_url)
+    except ConfigError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from .agent.serve import serve_stdio  # the agent's imports are not needed for --help
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_stdio(config))
+    return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    paths = Paths.from_env()
+    try:
+        written = write_default_config(paths, force=args.force)
+    except FileExistsError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {written}")
+    return 0
+
+
+def _setup_logging(logs: Path, level: str) -> None:
+    """Logs go to stderr and to the home's logs/ folder; stdout is the wire."""
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    stderr = logging.StreamHandler(sys.stderr)
+    stderr.setLevel(level.upper())
+    stderr.setFormatter(logging.Formatter("crow: %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(stderr)
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        file = logging.FileHandler(logs / "crow.log")
+    except OSError as exc:
+        print(f"crow: cannot write logs to {logs}: {exc}", file=sys.stderr)
+        return
+    file.setFormatter(
+        logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+    )
+    root.addHandler(file)

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from . import schema
 from .connection import Connection
@@ -126,7 +126,9 @@ class ClientSide:
         """Send a typed request; returns the validated result model."""
         result = await self.peer.request(method, params.to_wire())
         _, result_type = schema.AGENT_METHODS.get(method, (None, None))
-        return result_type.model_validate(result) if result_type is not None else result
+        if result_type is None:
+            return result
+        return TypeAdapter(result_type).validate_python(result)
 
     async def new_session(
         self,

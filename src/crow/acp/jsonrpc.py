@@ -153,6 +153,27 @@ class Peer:
         if len(self._outbox) > OUTBOX_HIGH_WATER:
             await self._drained.wait()
 
+    def send_frame(self, frame: bytes) -> None:
+        """Queue an already-encoded message (a logged update, replayed as stored).
+
+        Dropped silently once the connection is closed: the caller's record is
+        the durable copy.
+        """
+        if self._closed:
+            return
+        self._outbox.append(frame)
+        self._drained.clear()
+        self._wake.set()
+
+    @property
+    def backed_up(self) -> bool:
+        """True while the writer is far behind (the peer reads slowly)."""
+        return len(self._outbox) > OUTBOX_HIGH_WATER
+
+    async def drained(self) -> None:
+        """Wait until every queued message has been written."""
+        await self._drained.wait()
+
     async def aclose(self) -> None:
         """Close the transport; ``run`` then winds down."""
         await self.transport.aclose()

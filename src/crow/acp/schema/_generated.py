@@ -2007,7 +2007,8 @@ ElicitationContentValue = Any
 """Allowed wire representations for `ElicitationContentValue`."""
 
 
-AGENT_METHODS: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {
+# method: (params type, result type, or None for a notification)
+AGENT_METHODS: dict[str, tuple[Any, Any]] = {
     "auth/login": (LoginAuthRequest, LoginAuthResponse),
     "auth/logout": (LogoutAuthRequest, LogoutAuthResponse),
     "initialize": (InitializeRequest, InitializeResponse),
@@ -2022,12 +2023,14 @@ AGENT_METHODS: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {
     "terminal/cancel": (CancelTerminalRequest, CancelTerminalResponse),
     "tool_call/cancel": (CancelToolCallRequest, CancelToolCallResponse),
 }
-CLIENT_METHODS: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {
+# method: (params type, result type, or None for a notification)
+CLIENT_METHODS: dict[str, tuple[Any, Any]] = {
     "elicitation/complete": (CompleteElicitationNotification, None),
     "elicitation/create": (CreateElicitationRequest, CreateElicitationResponse),
     "session/request_permission": (RequestPermissionRequest, RequestPermissionResponse),
     "session/update": (UpdateSessionNotification, None),
 }
-PROTOCOL_METHODS: dict[str, tuple[type[AcpModel], type[AcpModel] | None]] = {
+# method: (params type, result type, or None for a notification)
+PROTOCOL_METHODS: dict[str, tuple[Any, Any]] = {
     "$/cancel_request": (CancelRequestNotification, None),
 }

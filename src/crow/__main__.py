@@ -1,0 +1,7 @@
+"""``python -m crow``: the same as the ``crow`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

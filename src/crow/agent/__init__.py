@@ -1,0 +1,1 @@
+"""crow.agent: the persistent agent. Import from the concept modules."""

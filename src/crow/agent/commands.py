@@ -1,0 +1,123 @@
+"""Slash commands: plain text prompts that Crow answers itself (ACP-V2.md §6, §8.4).
+
+``/help`` lists them, ``/model [name]`` shows or switches the session's model,
+``/compact`` summarises older turns now, ``/title <text>`` renames the session.
+An unknown ``/word`` goes to the model as ordinary text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crow.acp import schema
+
+from . import compaction
+from .session import now
+
+if TYPE_CHECKING:
+    from .turn import Turn
+
+__all__ = ["available_commands", "available_commands_update", "parse", "run"]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    description: str
+    hint: str | None
+    handler: Callable[[Turn, str], Awaitable[str]]
+
+
+async def _help(turn: Turn, args: str) -> str:
+    lines = [f"/{c.name}{' ' + c.hint if c.hint else ''} — {c.description}" for c in COMMANDS]
+    await turn.note("Commands:\n" + "\n".join(lines), "info")
+    return "end_turn"
+
+
+async def _model(turn: Turn, args: str) -> str:
+    agent, session = turn.agent, turn.session
+    name = args.strip()
+    if not name:
+        names = ", ".join(
+            f"{n} (current)" if n == session.model else n for n in agent.config.models
+        )
+        await turn.note(f"Model: {session.model}. Available: {names}.", "info")
+        return "end_turn"
+    if name not in agent.config.models:
+        await turn.note(
+            f"No model named {name!r}. Available: {', '.join(agent.config.models)}.", "error"
+        )
+        return "end_turn"
+    await agent.switch_model(session, name)
+    await turn.note(f"Model switched to {name}.", "info")
+    return "end_turn"
+
+
+async def _compact(turn: Turn, args: str) -> str:
+    done = await compaction.compact(turn, reason="you asked for it", keep_last_user=False)
+    if not done:
+        await turn.note("Nothing to compact yet.", "info")
+    return "end_turn"
+
+
+async def _title(turn: Turn, args: str) -> str:
+    title = " ".join(args.split())
+    if not title:
+        await turn.note("Usage: /title <new title>", "error")
+        return "end_turn"
+    turn.session.title = title
+    turn.store.update_session(turn.session.id, title=title)
+    await turn.session.emit(
+        {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
+    )
+    return "end_turn"
+
+
+COMMANDS = [
+    Command("help", "List Crow's commands", None, _help),
+    Command("model", "Show the model, or switch to another", "[model name]", _model),
+    Command("compact", "Summarise older turns to free context", None, _compact),
+    Command("title", "Rename this session", "<title>", _title),
+]
+_BY_NAME = {c.name: c for c in COMMANDS}
+
+
+def available_commands() -> list[schema.AvailableCommand]:
+    out: list[schema.AvailableCommand] = []
+    for c in COMMANDS:
+        command = schema.CommandAvailableCommand(
+            type="command", name=c.name, description=c.description
+        )
+        if c.hint:
+            command.input = schema.TextCommandInput(hint=c.hint)
+        out.append(command)
+    return out
+
+
+def available_commands_update() -> dict[str, Any]:
+    return {
+        "sessionUpdate": "available_commands_update",
+        "availableCommands": [c.to_wire() for c in available_commands()],
+    }
+
+
+def parse(blocks: list[Any]) -> tuple[Command, str] | None:
+    """The command a prompt invokes, with its argument text; None if it is no command."""
+    if len(blocks) != 1 or getattr(blocks[0], "type", None) != "text":
+        return None
+    text = blocks[0].text.strip()
+    if not text.startswith("/"):
+        return None
+    name, _, args = text[1:].partition(" ")
+    command = _BY_NAME.get(name)
+    return None if command is None else (command, args)
+
+
+async def run(turn: Turn) -> str | None:
+    """Answer the turn's slash command; None when the prompt is not one."""
+    if turn.command is None:
+        return None
+    command, args = turn.command
+    return await command.handler(turn, args)

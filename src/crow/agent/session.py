@@ -1,0 +1,91 @@
+"""A live session: its foreground state, its running turn, who is watching.
+
+``emit`` is the one way an update leaves the agent: it is logged in the store
+(committed) and only then queued to every attached connection, with no await
+in between, so all watchers see the log's order and a crash can lose nothing
+a client has seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from crow.acp import AgentSide
+from crow.store.db import SessionRecord, Store
+
+__all__ = ["LiveSession", "new_id", "now", "update_frame"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def update_frame(session_id: str, body: bytes) -> bytes:
+    """The ``session/update`` notification around an already-encoded update."""
+    return (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+        + orjson.dumps(session_id)
+        + b',"update":'
+        + body
+        + b"}}"
+    )
+
+
+@dataclass(eq=False)
+class LiveSession:
+    record: SessionRecord
+    store: Store
+    model: str  # the model that answers this session's prompts
+    state: str = "idle"  # idle | running | requires_action
+    stop_reason: str | None = None
+    watchers: set[AgentSide] = field(default_factory=set)
+    turn: asyncio.Task[None] | None = None
+    title: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def busy(self) -> bool:
+        return self.turn is not None and not self.turn.done()
+
+    async def emit(self, update: dict[str, Any]) -> None:
+        """Log ``update``, then send it to every watcher."""
+        body = orjson.dumps(update)
+        state = None
+        if update.get("sessionUpdate") == "state_update":
+            state = self.state = update["state"]
+            self.stop_reason = update.get("stopReason") if state == "idle" else None
+        self.store.append_update(
+            self.id,
+            body,
+            state=state,
+            stop_reason=self.stop_reason if state else None,
+            now=now() if state == "idle" else None,
+        )
+        frame = update_frame(self.id, body)
+        backed_up = []
+        for watcher in self.watchers:
+            watcher.peer.send_frame(frame)
+            if watcher.peer.backed_up:
+                backed_up.append(watcher.peer)
+        for peer in backed_up:  # a slow reader slows its turn, never drops updates
+            await peer.drained()
+
+    def state_snapshot(self) -> dict[str, Any]:
+        """The current foreground state, as sent after every resume."""
+        update: dict[str, Any] = {"sessionUpdate": "state_update", "state": self.state}
+        if self.state == "idle" and self.stop_reason:
+            update["stopReason"] = self.stop_reason
+        return update

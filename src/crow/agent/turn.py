@@ -1,0 +1,297 @@
+"""One prompt turn: the react loop, from the user's message to ``idle``.
+
+    user_message → running → (agent_thought_chunk | agent_message_chunk)* →
+    agent_thought / agent_message snapshots → usage_update → … → idle(stopReason)
+
+The stop reason is always the true one: ``end_turn``; ``max_tokens`` (the model
+hit its output limit); ``refusal`` (its content filter); ``max_turn_requests``
+(the step budget ran out); ``cancelled`` (``session/cancel``, ``session/close``
+or shutdown); ``error`` (the model chain or the agent failed: the user sees why
+in a note, and the idle update carries the error).  Cancellation becomes
+``cancelled`` in exactly one place, ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from crow.models.errors import ContextLengthExceeded, ModelError
+from crow.models.events import (
+    FallingBack,
+    Finished,
+    ReasoningDelta,
+    Stripped,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+
+from . import commands, compaction
+from .session import LiveSession, new_id, now
+
+if TYPE_CHECKING:
+    from .service import CrowAgent
+
+__all__ = ["Turn"]
+
+log = logging.getLogger("crow.agent")
+
+#: Compact before a model call once the request is estimated past this share of
+#: the model's context window (the estimate is rough: about 4 characters a token).
+COMPACT_AT = 0.8
+TITLE_CHARS = 80
+DEFAULT_SYSTEM_PROMPT = (
+    "You are Crow, a careful and capable coding agent. Answer concisely and accurately."
+)
+
+
+@dataclass
+class Reply:
+    """What one model call produced."""
+
+    message_id: str
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish_reason: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+
+
+class Turn:
+    def __init__(
+        self,
+        agent: CrowAgent,
+        session: LiveSession,
+        *,
+        message_id: str,
+        blocks: list[Any],
+        content: list[dict[str, Any]],
+    ) -> None:
+        self.agent = agent
+        self.session = session
+        self.store = agent.store
+        self.message_id = message_id
+        self.blocks = blocks
+        self.content = content
+        self.reply: Reply | None = None  # the model call under way, for cancellation
+        self.command = commands.parse(blocks)  # a slash command is not model input
+
+    # ---- the one place outcomes become stop reasons --------------------------------
+    async def run(self) -> None:
+        stop, error = "end_turn", None
+        try:
+            await self.begin()
+            stop = await self.handle_command() or await self.react()
+        except asyncio.CancelledError as exc:
+            _uncancel()
+            stop = "cancelled"
+            await self.save_partial_reply()
+            if "shutdown" in exc.args:
+                await self.note("The agent stopped before this turn finished.", "warning")
+        except ModelError as exc:
+            stop, error = "error", exc.message
+            await self.save_partial_reply()
+            await self.note(f"The model failed: {exc.message}", "error")
+        except Exception as exc:
+            log.exception("turn failed in session %s", self.session.id)
+            stop, error = "error", f"Internal error: {type(exc).__name__}: {exc}"
+            await self.note(error, "error")
+        await self.finish(stop, error)
+
+    async def begin(self) -> None:
+        session = self.session
+        user = {
+            "sessionUpdate": "user_message",
+            "messageId": self.message_id,
+            "content": [b.to_wire() for b in self.blocks],
+        }
+        await session.emit(user)
+        if self.command is None:
+            self.store.append_message(session.id, {"role": "user", "content": self.content})
+        await session.emit({"sessionUpdate": "state_update", "state": "running"})
+        if session.title is None:
+            await self.set_title()
+
+    async def finish(self, stop: str, error: str | None) -> None:
+        update: dict[str, Any] = {
+            "sessionUpdate": "state_update",
+            "state": "idle",
+            "stopReason": stop,
+        }
+        if error is not None:
+            update["error"] = {"code": -32603, "message": error}
+        try:
+            await self.session.emit(update)
+        except Exception:
+            log.exception("could not record the end of a turn in session %s", self.session.id)
+
+    async def set_title(self) -> None:
+        text = " ".join(b.text for b in self.blocks if getattr(b, "type", None) == "text")
+        title = " ".join(text.split())[:TITLE_CHARS] or "Untitled"
+        self.session.title = title
+        self.store.update_session(self.session.id, title=title)
+        await self.session.emit(
+            {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
+        )
+
+    async def handle_command(self) -> str | None:
+        """A slash command is answered here, without the model."""
+        return await commands.run(self)
+
+    # ---- the react loop ---------------------------------------------------------
+    async def react(self) -> str:
+        for _ in range(self.agent.config.max_steps):
+            reply = await self.call_model()
+            if reply.finish_reason == "length":
+                return "max_tokens"
+            if reply.finish_reason == "content_filter":
+                return "refusal"
+            return "end_turn"  # tool calls arrive with the tools (crow.tools)
+        await self.note(f"Stopped after {self.agent.config.max_steps} model calls.", "warning")
+        return "max_turn_requests"
+
+    def messages(self) -> list[dict[str, Any]]:
+        system = self.agent.config.system_prompt or DEFAULT_SYSTEM_PROMPT
+        out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        for entry in self.store.transcript(self.session.id):
+            if entry.kind == "summary":
+                out.append({"role": "user", "content": compaction.summary_text(entry.message)})
+            else:
+                out.append(entry.message)
+        return out
+
+    async def call_model(self) -> Reply:
+        spec = self.agent.config.models[self.session.model]
+        if _estimate_tokens(self.messages()) > COMPACT_AT * spec.context_window:
+            await compaction.compact(self, reason="the conversation nears the context window")
+        try:
+            return await self.stream_reply()
+        except ContextLengthExceeded:
+            await compaction.compact(self, reason="the model said the request is too long")
+            return await self.stream_reply()  # once: a second refusal is an error
+
+    async def stream_reply(self) -> Reply:
+        session = self.session
+        reply = self.reply = Reply(message_id=new_id("msg"))
+        thought_id = new_id("msg")
+        async for event in self.agent.router.stream(session.model, self.messages()):
+            if isinstance(event, TextDelta):
+                reply.text.append(event.text)
+                await session.emit(
+                    {
+                        "sessionUpdate": "agent_message_chunk",
+                        "messageId": reply.message_id,
+                        "content": {"type": "text", "text": event.text},
+                    }
+                )
+            elif isinstance(event, ReasoningDelta):
+                reply.reasoning.append(event.text)
+                await session.emit(
+                    {
+                        "sessionUpdate": "agent_thought_chunk",
+                        "messageId": thought_id,
+                        "content": {"type": "text", "text": event.text},
+                    }
+                )
+            elif isinstance(event, ToolCallDelta):
+                _accumulate(reply.tool_calls, event)
+            elif isinstance(event, Finished):
+                reply.finish_reason, reply.model, reply.usage = (
+                    event.finish_reason,
+                    event.model,
+                    event.usage,
+                )
+            elif isinstance(event, FallingBack):
+                await self.note(
+                    f"{event.from_model} failed ({event.reason}); {event.to_model} takes over.",
+                    "warning",
+                )
+            elif isinstance(event, Stripped):
+                kinds = " and ".join(event.modalities)
+                await self.note(
+                    f"{event.model} cannot read {kinds}: those parts of the prompt "
+                    "were replaced by a note.",
+                    "warning",
+                )
+        if reply.reasoning:
+            await session.emit(
+                {
+                    "sessionUpdate": "agent_thought",
+                    "messageId": thought_id,
+                    "content": [{"type": "text", "text": "".join(reply.reasoning)}],
+                }
+            )
+        await self.record_reply(reply)
+        self.reply = None
+        await self.report_usage(reply)
+        return reply
+
+    async def record_reply(self, reply: Reply) -> None:
+        """The whole-message snapshot (replay shows it whole) and the transcript."""
+        text = "".join(reply.text)
+        meta = {"crow/model": reply.model} if reply.model else None
+        update: dict[str, Any] = {
+            "sessionUpdate": "agent_message",
+            "messageId": reply.message_id,
+            "content": [{"type": "text", "text": text}],
+        }
+        if meta:
+            update["_meta"] = meta
+        await self.session.emit(update)
+        self.store.append_message(self.session.id, {"role": "assistant", "content": text})
+
+    async def report_usage(self, reply: Reply) -> None:
+        if reply.usage is None or reply.model is None:
+            return
+        spec = self.agent.config.models[reply.model]
+        await self.session.emit(
+            {
+                "sessionUpdate": "usage_update",
+                "used": reply.usage.prompt_tokens + reply.usage.completion_tokens,
+                "size": spec.context_window,
+                "_meta": {
+                    "crow/model": reply.model,
+                    "crow/promptTokens": reply.usage.prompt_tokens,
+                    "crow/completionTokens": reply.usage.completion_tokens,
+                },
+            }
+        )
+
+    async def save_partial_reply(self) -> None:
+        """After a cancel or failure mid-reply, what was shown stays in history."""
+        reply, self.reply = self.reply, None
+        if reply is not None and reply.text:
+            await self.record_reply(reply)
+
+    async def note(self, text: str, severity: str) -> None:
+        """A message for the user from Crow itself (not the model's words)."""
+        await self.session.emit(
+            {
+                "sessionUpdate": "agent_message",
+                "messageId": new_id("note"),
+                "content": [{"type": "text", "text": text}],
+                "_meta": {"crow/notice": severity},
+            }
+        )
+
+
+def _uncancel() -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        task.uncancel()
+
+
+def _accumulate(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
+    call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
+    call["id"] = delta.id or call["id"]
+    call["name"] += delta.name or ""
+    call["arguments"] += delta.arguments
+
+
+def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    return len(json.dumps(messages)) // 4

@@ -1,0 +1,1 @@
+"""crow.models: the model registry, OpenAI-compatible calls, retry and fallback."""

@@ -1,0 +1,138 @@
+"""One streamed chat-completion call to one OpenAI-compatible model.
+
+``openai`` is imported on first use: it costs ~0.4 s, and an agent must answer
+``initialize`` long before its first model call.  The SDK's own retries are off
+(``max_retries=0``); ``router`` owns the one retry and fallback policy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..config import Config, ModelSpec, ProviderSpec
+from .errors import ModelError, ModelStreamBroken, ModelUnreachable, translate_errors
+from .events import Event, Finished, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+
+__all__ = ["ModelClient"]
+
+#: Seconds to open a connection to a model server.
+CONNECT_TIMEOUT_S = 10.0
+
+
+class ModelClient:
+    """Streams chat completions; keeps one SDK client per provider."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._clients: dict[str, Any] = {}
+
+    def _client(self, provider: ProviderSpec) -> Any:
+        client = self._clients.get(provider.name)
+        if client is None:
+            import openai
+
+            key = (os.environ.get(provider.api_key_env) if provider.api_key_env else None) or (
+                provider.api_key or "not-needed"  # local servers ignore the key
+            )
+            timeout = self.config.retry.timeout_s
+            client = self._clients[provider.name] = openai.AsyncOpenAI(
+                base_url=provider.base_url,
+                api_key=key,
+                max_retries=0,
+                timeout=openai.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout)),
+            )
+        return client
+
+    async def stream(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> AsyncIterator[Event]:
+        """Yield the deltas of one completion, then ``Finished``.
+
+        Raises ModelError; ModelStreamBroken if it fails after yielding output.
+        """
+        client = self._client(self.config.providers[spec.provider])
+        request: dict[str, Any] = {
+            "model": spec.model_id,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": spec.max_output_tokens,
+        }
+        if tools:
+            request["tools"] = tools
+        produced = False
+        finish_reason = None
+        usage = None
+        try:
+            with translate_errors(spec.name), _transport_errors(spec.name):
+                stream = await client.chat.completions.create(**request)
+                async with stream:
+                    async for chunk in stream:
+                        if chunk.usage is not None:
+                            usage = Usage(
+                                prompt_tokens=chunk.usage.prompt_tokens or 0,
+                                completion_tokens=chunk.usage.completion_tokens or 0,
+                            )
+                        for choice in chunk.choices[:1]:
+                            for event in _deltas(choice.delta):
+                                produced = True
+                                yield event
+                            finish_reason = choice.finish_reason or finish_reason
+        except ModelError as exc:
+            if produced:
+                raise ModelStreamBroken(
+                    f"{exc.message} (after part of the reply had arrived)", model=spec.name
+                ) from exc
+            raise
+        if finish_reason is None:
+            raise ModelStreamBroken(
+                f"{spec.name}: the reply ended without a finish reason", model=spec.name
+            )
+        yield Finished(finish_reason=finish_reason, model=spec.name, usage=usage)
+
+
+def _deltas(delta: Any) -> list[Event]:
+    events: list[Event] = []
+    extra = delta.model_extra or {}
+    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+    if reasoning:
+        events.append(ReasoningDelta(text=str(reasoning)))
+    if delta.content:
+        events.append(TextDelta(text=delta.content))
+    for call in delta.tool_calls or []:
+        function = call.function
+        events.append(
+            ToolCallDelta(
+                index=call.index,
+                id=call.id,
+                name=function.name if function else None,
+                arguments=(function.arguments or "") if function else "",
+            )
+        )
+    return events
+
+
+class _transport_errors:
+    """Errors of the HTTP stack that escape the SDK while a stream is read."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or isinstance(exc, ModelError) or not isinstance(exc, Exception):
+            return
+        import httpx2
+
+        if isinstance(exc, (httpx2.HTTPError, OSError)):
+            raise ModelUnreachable(
+                f"{self.model}: the connection failed ({exc})", model=self.model
+            ) from exc

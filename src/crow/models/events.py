@@ -1,0 +1,71 @@
+"""What a streaming model call yields: small immutable events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "Event",
+    "FallingBack",
+    "Finished",
+    "ReasoningDelta",
+    "Stripped",
+    "TextDelta",
+    "ToolCallDelta",
+    "Usage",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDelta:
+    """A piece of a tool call: ``arguments`` pieces concatenate per ``index``."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finished:
+    """The model's answer is complete."""
+
+    finish_reason: str  # stop, length, content_filter, tool_calls, ...
+    model: str  # the configured name of the model that answered
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FallingBack:
+    """The chain moved on: ``from_model`` failed with ``reason``."""
+
+    from_model: str
+    to_model: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stripped:
+    """``model`` cannot take these modalities; they were replaced by text notes."""
+
+    model: str
+    modalities: tuple[str, ...]
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Finished | FallingBack | Stripped

@@ -1,0 +1,94 @@
+"""The fallback chain: retry a transient failure with backoff, then move on.
+
+``ModelRouter.stream`` tries the chain's models in order.  Per model, a
+transient error (unreachable, timeout, 429, 5xx, a 400 the provider marks
+transient) is retried ``retry.attempts`` times with doubling backoff; any other
+error, or running out of attempts, falls to the next model.  A failure after
+output has streamed is never retried (the client has seen part of a reply) and
+neither is a context-length error (the caller compacts and asks again).  When
+the chain is exhausted the last error is raised, naming every model tried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ..config import Config, ModelSpec
+from .adapt import fit_messages
+from .client import ModelClient
+from .errors import ContextLengthExceeded, ModelError, ModelStreamBroken
+from .events import Event, FallingBack, Stripped
+
+__all__ = ["ModelRouter"]
+
+log = logging.getLogger("crow.models")
+
+
+class ModelRouter:
+    def __init__(self, config: Config, client: ModelClient | None = None) -> None:
+        self.config = config
+        self.client = client or ModelClient(config)
+
+    def spec(self, name: str) -> ModelSpec:
+        return self.config.models[name]
+
+    def chain_from(self, first: str) -> list[ModelSpec]:
+        """``first`` then the configured fallbacks (without repeating it)."""
+        names = [first, *[n for n in self.config.chain if n != first]]
+        return [self.config.models[n] for n in names]
+
+    async def stream(
+        self,
+        first: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> AsyncIterator[Event]:
+        chain = self.chain_from(first)
+        failures: list[str] = []
+        for position, spec in enumerate(chain):
+            fitted, stripped = fit_messages(messages, spec)
+            use_tools = list(tools) if tools and "tools" in spec.capabilities else None
+            try:
+                async for event in self._with_retries(spec, fitted, use_tools, stripped):
+                    yield event
+                return
+            except (ContextLengthExceeded, ModelStreamBroken):
+                raise
+            except ModelError as exc:
+                failures.append(exc.message)
+                log.warning("model %s failed: %s", spec.name, exc.message)
+                if position + 1 == len(chain):
+                    exc.message = "; ".join(failures)
+                    raise
+                yield FallingBack(
+                    from_model=spec.name, to_model=chain[position + 1].name, reason=exc.message
+                )
+
+    async def _with_retries(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        stripped: tuple[str, ...],
+    ) -> AsyncIterator[Event]:
+        policy = self.config.retry
+        delay = policy.backoff_s
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                first = True
+                async for event in self.client.stream(spec, messages, tools=tools):
+                    if first and stripped:
+                        yield Stripped(model=spec.name, modalities=stripped)
+                    first = False
+                    yield event
+                return
+            except ModelError as exc:
+                if not exc.transient or attempt == policy.attempts:
+                    raise
+                log.info("model %s: %s; retry %d in %.1fs", spec.name, exc.message, attempt, delay)
+                await asyncio.sleep(delay)
+                delay *= 2

@@ -1,0 +1,1 @@
+"""crow.store: durable sessions in SQLite (WAL).  Import from ``crow.store.db``."""

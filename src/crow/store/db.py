@@ -1,0 +1,282 @@
+"""The session store: one SQLite file in WAL mode under the Crow home.
+
+What it keeps, per session: the record (cwd, title, state, config, owner), the
+append-only log of every ``session/update`` exactly as it was sent (``seq`` is
+the replay cursor), and the model transcript (OpenAI chat messages, with
+compaction summaries).  The agent writes an update here *before* sending it,
+one committed transaction per update, so after a crash the log holds exactly
+what the client could have seen.
+
+Several ``crow serve`` processes may share one store (an editor per window):
+SQLite's locking serialises their writes, and ``owner_pid`` says which process
+runs a session's turn.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .migrations import migrate
+
+__all__ = ["SessionRecord", "Store", "StoreError", "TranscriptEntry"]
+
+#: How long a writer waits for another process's lock before failing.
+BUSY_TIMEOUT_MS = 10_000
+LIST_PAGE_SIZE = 50
+
+
+class StoreError(Exception):
+    """The store cannot do what was asked (a bad cursor, a broken database)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionRecord:
+    id: str
+    cwd: str
+    additional_directories: list[str]
+    title: str | None
+    created_at: str
+    updated_at: str
+    state: str
+    stop_reason: str | None
+    config: dict[str, Any]
+    owner_pid: int | None
+    deleted: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptEntry:
+    seq: int
+    kind: str  # "message" or "summary"
+    message: dict[str, Any]
+
+
+_SESSION_COLUMNS = (
+    "id, cwd, additional_directories, title, created_at, updated_at, state, stop_reason, "
+    "config, owner_pid, deleted"
+)
+
+
+def _record(row: tuple[Any, ...]) -> SessionRecord:
+    return SessionRecord(
+        id=row[0],
+        cwd=row[1],
+        additional_directories=json.loads(row[2]),
+        title=row[3],
+        created_at=row[4],
+        updated_at=row[5],
+        state=row[6],
+        stop_reason=row[7],
+        config=json.loads(row[8]),
+        owner_pid=row[9],
+        deleted=bool(row[10]),
+    )
+
+
+class Store:
+    """One connection to the store; used from the event loop's thread only."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            # NORMAL survives a killed process (the WAL is in the OS cache); only a
+            # power cut can lose the last transactions.
+            self.db.execute("PRAGMA synchronous = NORMAL")
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the session store {self.path}: {exc}") from exc
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ---- sessions ---------------------------------------------------------------
+    def create_session(
+        self,
+        *,
+        session_id: str,
+        cwd: str,
+        now: str,
+        additional_directories: list[str] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        self.db.execute(
+            "INSERT INTO sessions (id, cwd, additional_directories, created_at, updated_at, config)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                session_id,
+                cwd,
+                json.dumps(additional_directories or []),
+                now,
+                now,
+                json.dumps(config or {}),
+            ),
+        )
+        record = self.get_session(session_id)
+        assert record is not None
+        return record
+
+    def get_session(
+        self, session_id: str, *, include_deleted: bool = False
+    ) -> SessionRecord | None:
+        row = self.db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        ).fetchone()
+        if row is None or (row[10] and not include_deleted):
+            return None
+        return _record(row)
+
+    def update_session(self, session_id: str, **fields: Any) -> None:
+        """Set columns: title, updated_at, state, stop_reason, config, owner_pid,
+        additional_directories."""
+        allowed = {
+            "title",
+            "updated_at",
+            "state",
+            "stop_reason",
+            "config",
+            "owner_pid",
+            "additional_directories",
+        }
+        if not fields or not set(fields) <= allowed:
+            raise ValueError(f"cannot update {sorted(set(fields) - allowed)}")
+        values = [
+            json.dumps(v) if k in ("config", "additional_directories") else v
+            for k, v in fields.items()
+        ]
+        assignments = ", ".join(f"{k} = ?" for k in fields)
+        self.db.execute(f"UPDATE sessions SET {assignments} WHERE id = ?", (*values, session_id))
+
+    def delete_session(self, session_id: str) -> None:
+        """Soft delete: gone from lists and resumes; the rows stay until purged."""
+        self.db.execute("UPDATE sessions SET deleted = 1 WHERE id = ?", (session_id,))
+
+    def list_sessions(
+        self, *, cwd: str | None = None, cursor: str | None = None, limit: int = LIST_PAGE_SIZE
+    ) -> tuple[list[SessionRecord], str | None]:
+        """Newest first; ``cursor`` is a ``next_cursor`` from an earlier page.
+
+        Raises StoreError for a cursor this store did not make.
+        """
+        where, args = ["deleted = 0"], []
+        if cwd is not None:
+            where.append("cwd = ?")
+            args.append(cwd)
+        if cursor is not None:
+            updated_at, session_id = _decode_cursor(cursor)
+            where.append("(updated_at < ? OR (updated_at = ? AND id < ?))")
+            args += [updated_at, updated_at, session_id]
+        rows = self.db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)}"
+            " ORDER BY updated_at DESC, id DESC LIMIT ?",
+            (*args, limit + 1),
+        ).fetchall()
+        records = [_record(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        return records, _encode_cursor(records[-1]) if more and records else None
+
+    def interrupted_sessions(self) -> list[SessionRecord]:
+        """Sessions whose last reported state is not idle (a turn was under way)."""
+        rows = self.db.execute(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state != 'idle' AND deleted = 0"
+        ).fetchall()
+        return [_record(r) for r in rows]
+
+    # ---- the update log ---------------------------------------------------------
+    def append_update(
+        self,
+        session_id: str,
+        body: bytes,
+        *,
+        state: str | None = None,
+        stop_reason: str | None = None,
+        now: str | None = None,
+    ) -> int:
+        """Log one update (committed before returning); returns its seq.
+
+        ``state`` (with ``stop_reason``) records a state_update on the session
+        in the same transaction.
+        """
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            seq = self.db.execute(
+                "INSERT INTO updates (session_id, seq, body) VALUES (?, (SELECT COALESCE(MAX(seq),"
+                " 0) + 1 FROM updates WHERE session_id = ?), ?) RETURNING seq",
+                (session_id, session_id, body.decode()),
+            ).fetchone()[0]
+            if state is not None:
+                self.db.execute(
+                    "UPDATE sessions SET state = ?, stop_reason = ? WHERE id = ?",
+                    (state, stop_reason, session_id),
+                )
+            if now is not None:
+                self.db.execute(
+                    "UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id)
+                )
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return int(seq)
+
+    def updates(self, session_id: str, *, after: int = 0) -> Iterator[tuple[int, bytes]]:
+        """The logged updates with seq > ``after``, in order."""
+        cursor = self.db.execute(
+            "SELECT seq, body FROM updates WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (session_id, after),
+        )
+        for seq, body in cursor:
+            yield seq, body.encode()
+
+    def last_seq(self, session_id: str) -> int:
+        row = self.db.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM updates WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return int(row[0])
+
+    # ---- the model transcript ---------------------------------------------------
+    def append_message(
+        self, session_id: str, message: dict[str, Any], *, kind: str = "message"
+    ) -> int:
+        row = self.db.execute(
+            "INSERT INTO transcript (session_id, seq, kind, body) VALUES (?, (SELECT COALESCE("
+            "MAX(seq), 0) + 1 FROM transcript WHERE session_id = ?), ?, ?) RETURNING seq",
+            (session_id, session_id, kind, json.dumps(message)),
+        ).fetchone()
+        return int(row[0])
+
+    def transcript(self, session_id: str) -> list[TranscriptEntry]:
+        """What the model sees: the latest summary (if any) and every message after it."""
+        rows = self.db.execute(
+            "SELECT seq, kind, body FROM transcript WHERE session_id = ? AND seq >= COALESCE("
+            "(SELECT MAX(seq) FROM transcript WHERE session_id = ? AND kind = 'summary'), 0)"
+            " ORDER BY seq",
+            (session_id, session_id),
+        ).fetchall()
+        return [TranscriptEntry(seq=r[0], kind=r[1], message=json.loads(r[2])) for r in rows]
+
+
+def _encode_cursor(record: SessionRecord) -> str:
+    raw = json.dumps([record.updated_at, record.id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        updated_at, session_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        if isinstance(updated_at, str) and isinstance(session_id, str):
+            return updated_at, session_id
+    except (binascii.Error, ValueError, TypeError):
+        pass
+    raise StoreError("Invalid cursor: pass back a nextCursor from session/list")

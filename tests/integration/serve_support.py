@@ -1,0 +1,98 @@
+"""Running ``crow serve`` as a real subprocess against the scripted model."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from support import RawAgent
+
+CROW_SERVE = [sys.executable, "-m", "crow", "serve"]
+
+
+def write_config(
+    home: Path,
+    base_url: str,
+    *,
+    models: dict[str, dict[str, Any]] | None = None,
+    fallback: list[str] | None = None,
+    retry_attempts: int = 2,
+    timeout_s: float = 5.0,
+    extra: str = "",
+) -> None:
+    """A config.toml with fast retries, pointing every model at the scripted server."""
+    models = models or {"main": {}}
+    lines = ["[model]", f'default = "{next(iter(models))}"']
+    if fallback:
+        lines.append("fallback = [" + ", ".join(f'"{m}"' for m in fallback) + "]")
+    lines += ["", "[providers.scripted]", f'base_url = "{base_url}"', ""]
+    for name, spec in models.items():
+        lines.append(f"[models.{name}]")
+        lines.append('provider = "scripted"')
+        for key, value in spec.items():
+            rendered = (
+                "[" + ", ".join(f'"{v}"' for v in value) + "]"
+                if isinstance(value, list)
+                else f'"{value}"'
+                if isinstance(value, str)
+                else str(value)
+            )
+            lines.append(f"{key} = {rendered}")
+        lines.append("")
+    lines += [
+        "[retry]",
+        f"attempts = {retry_attempts}",
+        "backoff_s = 0.01",
+        f"timeout_s = {timeout_s}",
+        "",
+        extra,
+    ]
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text("\n".join(lines))
+
+
+class CrowProcess(RawAgent):
+    """``crow serve`` on stdio, with the helpers the turn tests need."""
+
+    def __init__(self, *args: str) -> None:
+        super().__init__([*CROW_SERVE, *args])
+        self.initialize()
+
+    def prompt(self, sid: str, *blocks: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        content = [{"type": "text", "text": b} if isinstance(b, str) else b for b in blocks]
+        return self.request("session/prompt", {"sessionId": sid, "prompt": content})
+
+    def run_turn(self, sid: str, *blocks: Any) -> list[dict[str, Any]]:
+        """Prompt and collect every update up to the idle that ends the turn."""
+        response, before = self.prompt(sid, *blocks)
+        assert "result" in response, response
+        return updates(before + self.until_update(is_idle))
+
+    def resume(self, sid: str, cwd: str = "/tmp", **params: Any) -> tuple[dict, list[dict]]:
+        response, before = self.request("session/resume", {"sessionId": sid, "cwd": cwd, **params})
+        return response, updates(before)
+
+
+def updates(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m["params"]["update"] for m in messages if m.get("method") == "session/update"]
+
+
+def is_idle(update: dict[str, Any]) -> bool:
+    return update.get("sessionUpdate") == "state_update" and update.get("state") == "idle"
+
+
+def kinds(seen: list[dict[str, Any]]) -> list[str]:
+    return [u["sessionUpdate"] for u in seen]
+
+
+def text_of(seen: list[dict[str, Any]], kind: str = "agent_message_chunk") -> str:
+    return "".join(u["content"]["text"] for u in seen if u["sessionUpdate"] == kind)
+
+
+def notes(seen: list[dict[str, Any]]) -> list[str]:
+    return [
+        u["content"][0]["text"]
+        for u in seen
+        if u["sessionUpdate"] == "agent_message" and "crow/notice" in u.get("_meta", {})
+    ]
