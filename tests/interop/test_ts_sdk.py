@@ -91,3 +91,28 @@ async def test_crows_client_cancels_a_ts_sdk_agent_turn():
         await session.wait(turn)
         assert turn.stop_reason == "cancelled"
         assert len(session.projection.text()) < len("Echo: a long reply to cancel")
+
+
+def test_the_ts_sdk_client_drives_crow_serve(crow_home, scripted_model):
+    from fakemodel import Text
+    from serve_support import write_config
+
+    write_config(crow_home, scripted_model.base_url)
+    scripted_model.set_default(Text(text="Hello from the model", chunks=3, reasoning="hmm"))
+    report = drive(f"{sys.executable} -m crow serve", "hello crow")
+    assert report["initialize"]["info"]["name"] == "crow"
+    assert report["stopReason"] == "end_turn"
+    assert report["agentText"] == "Hello from the model"
+    live = report["liveUpdates"]
+    kinds = [u["sessionUpdate"] for u in live]
+    assert kinds[kinds.index("user_message"):] == [
+        "user_message", "state_update", "session_info_update",
+        "agent_thought_chunk", "agent_thought_chunk", "agent_thought_chunk",
+        "agent_message_chunk", "agent_message_chunk", "agent_message_chunk",
+        "agent_thought", "agent_message", "usage_update",
+    ]
+    user = live[kinds.index("user_message")]
+    assert user["messageId"] == report["promptResponse"]["messageId"]
+    replay_ids = [u.get("messageId") for u in report["replayUpdates"]]
+    assert user["messageId"] in replay_ids
+    assert report["replayUpdates"][-1]["sessionUpdate"] == "state_update"

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from . import schema
 from .connection import Connection
@@ -61,28 +61,28 @@ class AgentSide:
             on_notification=self._on_notification,
             connection=self.connection,
         )
-        self._requests: dict[str, tuple[TypeAdapter[Any], Handler]] = {}
-        self._notifications: dict[str, tuple[TypeAdapter[Any], Handler]] = {}
+        self._requests: dict[str, tuple[Any, Handler]] = {}  # method: (params type, handler)
+        self._notifications: dict[str, tuple[Any, Handler]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Set once ``initialize`` has succeeded.
         self.initialized = asyncio.Event()
         # initialize reads the version before the v2 shape: a v1 client's params
         # are not a v2 InitializeRequest, and it deserves -32022, not -32602.
-        self._requests["initialize"] = (_adapter(schema.AcpModel), self._initialize)
+        self._requests["initialize"] = (schema.AcpModel, self._initialize)
 
     # ---- registration -------------------------------------------------------
     def handle(self, method: str, fn: Handler) -> None:
         """Serve ``method`` with ``fn(params_model)``."""
         params_type, result_type = schema.AGENT_METHODS.get(method, (schema.AcpModel, None))
         if method in schema.AGENT_METHODS and result_type is None:
-            self._notifications[method] = (_adapter(params_type), fn)
+            self._notifications[method] = (params_type, fn)
         else:
-            self._requests[method] = (_adapter(params_type), fn)
+            self._requests[method] = (params_type, fn)
 
     def handle_notification(self, method: str, fn: Handler) -> None:
         """Serve a notification (an extension's, for instance)."""
         params_type, _ = schema.AGENT_METHODS.get(method, (schema.AcpModel, None))
-        self._notifications[method] = (_adapter(params_type), fn)
+        self._notifications[method] = (params_type, fn)
 
     # ---- serving ------------------------------------------------------------
     async def serve(self) -> None:
@@ -129,8 +129,8 @@ class AgentSide:
         entry = self._requests.get(method)
         if entry is None:
             raise MethodNotFound.for_method(method)
-        adapter, fn = entry
-        result = await fn(adapter.validate_python(params or {}))
+        params_type, fn = entry
+        result = await fn(schema.adapter(params_type).validate_python(params or {}))
         if result is None:
             return {}
         if isinstance(result, schema.AcpModel):
@@ -141,9 +141,9 @@ class AgentSide:
         entry = self._notifications.get(method)
         if entry is None:
             return  # unknown notifications are ignored (§2.3)
-        adapter, fn = entry
+        params_type, fn = entry
         try:
-            model = adapter.validate_python(params or {})
+            model = schema.adapter(params_type).validate_python(params or {})
         except ValidationError as exc:
             log.warning("dropping malformed %s: %s", method, exc.errors()[0].get("msg"))
             return
@@ -164,14 +164,3 @@ class AgentSide:
         return schema.InitializeResponse(
             protocol_version=PROTOCOL_VERSION, info=self.info, capabilities=self.capabilities
         )
-
-
-_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
-
-
-def _adapter(params_type: Any) -> TypeAdapter[Any]:
-    """One validator per params type: most are models, some are unions."""
-    adapter = _ADAPTERS.get(params_type)
-    if adapter is None:
-        adapter = _ADAPTERS[params_type] = TypeAdapter(params_type)
-    return adapter

@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from . import schema
 from .connection import Connection
@@ -128,7 +128,7 @@ class ClientSide:
         _, result_type = schema.AGENT_METHODS.get(method, (None, None))
         if result_type is None:
             return result
-        return TypeAdapter(result_type).validate_python(result)
+        return schema.adapter(result_type).validate_python(result)
 
     async def new_session(
         self,

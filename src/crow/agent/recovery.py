@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
 
 import orjson
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, schema
 from crow.store.db import SessionRecord, Store
@@ -26,7 +25,6 @@ __all__ = ["close_interrupted_turns", "owner_alive"]
 log = logging.getLogger("crow.agent")
 
 INTERRUPTED = "This turn was interrupted: the agent process stopped before it finished."
-_UPDATE: TypeAdapter[Any] = TypeAdapter(schema.SessionUpdate)
 
 
 def owner_alive(pid: int | None) -> bool:
@@ -81,7 +79,7 @@ def _partial_reply(store: Store, session_id: str) -> str:
     projection = SessionProjection(session_id)
     for _, body in store.updates(session_id):
         try:
-            projection.apply(_UPDATE.validate_json(body))
+            projection.apply(schema.adapter(schema.SessionUpdate).validate_json(body))
         except ValidationError:
             continue
     last_user = max(

@@ -78,6 +78,7 @@ class CrowAgent:
             task.cancel("shutdown")
         if turns:
             await asyncio.wait(turns, timeout=SHUTDOWN_TURN_WAIT_S)
+        await self.router.aclose()
 
     # ---- sessions -----------------------------------------------------------------
     async def new_session(

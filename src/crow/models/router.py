@@ -32,6 +32,9 @@ class ModelRouter:
         self.config = config
         self.client = client or ModelClient(config)
 
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
     def spec(self, name: str) -> ModelSpec:
         return self.config.models[name]
 

@@ -8,16 +8,17 @@ parsed from the wire dumps back to the same keys it came with.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 from pydantic.experimental.missing_sentinel import MISSING
 
 UNSET = MISSING
 #: The annotation of a field that may be ``UNSET``: ``content: list[X] | UNSET_T``.
 UNSET_T = MISSING
 
-__all__ = ["UNSET", "UNSET_T", "AcpModel", "is_set"]
+__all__ = ["UNSET", "UNSET_T", "AcpModel", "adapter", "is_set"]
 
 
 def is_set(value: Any) -> bool:
@@ -48,3 +49,9 @@ class AcpModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The JSON object for this model: camelCase keys, unset fields left out."""
         return self.model_dump(mode="json", by_alias=True)
+
+
+@functools.cache
+def adapter(tp: Any) -> TypeAdapter[Any]:
+    """The validator for a wire type (a model or a union), built once, on first use."""
+    return TypeAdapter(tp)

@@ -1,0 +1,214 @@
+"""``crow serve`` figures: turn overhead, replay time, start-up, memory per session.
+
+    python bench/agent_bench.py [--prompts 300] [--chunks 20] [--replay-updates 10000]
+
+- Turn overhead: prompt → idle through ``crow serve`` against a scripted model
+  that answers at once (tests/fakemodel.py on loopback), next to the echo agent
+  doing the same K chunks without a model, and next to the bare model round trip
+  (the openai SDK calling the scripted server directly).  Overhead = crow − bare.
+- Replay: ``session/resume`` with ``replayFrom: start`` of a session holding N
+  updates (a real turn's updates, repeated), request sent → response received.
+- Start-up: spawn → ``initialize`` answered (median of 10).
+- Memory: RSS growth of ``crow serve`` per idle session, over 1000 sessions.
+
+Every run uses a fresh temporary CROW_HOME.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+for extra in ("src", "bench", "tests", "tests/integration"):
+    sys.path.insert(0, str(ROOT / extra))
+
+from fakemodel import ScriptedModel, Text  # noqa: E402
+from rawclient import RawClient  # noqa: E402
+from serve_support import write_config  # noqa: E402
+
+CROW = [sys.executable, "-m", "crow", "serve"]
+ECHO = [sys.executable, str(ROOT / "examples" / "echo_agent.py")]
+
+
+async def start(argv: list[str], home: str) -> tuple[asyncio.subprocess.Process, RawClient]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "CROW_HOME": home},
+        limit=1 << 26,
+    )
+    return proc, RawClient(proc)
+
+
+async def stop(proc: asyncio.subprocess.Process, client: RawClient) -> None:
+    assert proc.stdin is not None
+    proc.stdin.close()
+    await proc.wait()
+    client.reader.cancel()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+async def turns(argv: list[str], home: str, prompts: int) -> list[float]:
+    proc, client = await start(argv, home)
+    await client.initialize()
+    sid = (await client.request("session/new", {"cwd": "/tmp"}))["sessionId"]
+    for _ in range(10):  # warm up: imports, connections, caches
+        await client.run_prompt(sid, "warm up")
+    latencies = [await client.run_prompt(sid, "benchmark") for _ in range(prompts)]
+    await stop(proc, client)
+    return latencies
+
+
+async def bare_model(base_url: str, prompts: int) -> list[float]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    latencies = []
+    for i in range(prompts + 10):
+        started = time.perf_counter()
+        stream = await client.chat.completions.create(
+            model="main",
+            messages=[{"role": "user", "content": "benchmark"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        async with stream:
+            async for _ in stream:
+                pass
+        if i >= 10:
+            latencies.append(time.perf_counter() - started)
+    await client.close()
+    return latencies
+
+
+async def replay(home: str, base_url: str, updates: int) -> float:
+    """Fill one session with ``updates`` logged updates, then time a replaying resume."""
+    proc, client = await start(CROW, home)
+    await client.initialize()
+    sid = (await client.request("session/new", {"cwd": "/tmp"}))["sessionId"]
+    await client.run_prompt(sid, "seed")
+    await stop(proc, client)
+
+    from crow.store.db import Store
+
+    store = Store(Path(home) / "crow.db")
+    bodies = [body for _, body in store.updates(sid)]
+    turn = [b for b in bodies if b"state_update" not in b]
+    have = len(bodies)
+    store.db.execute("BEGIN")
+    for i in range(updates - have):
+        store.db.execute(
+            "INSERT INTO updates (session_id, seq, body) VALUES (?, ?, ?)",
+            (sid, have + i + 1, turn[i % len(turn)].decode()),
+        )
+    store.db.execute("COMMIT")
+    store.close()
+
+    proc, client = await start(CROW, home)
+    await client.initialize()
+    timings = []
+    for _ in range(5):
+        client.updates = 0
+        started = time.perf_counter()
+        await client.request(
+            "session/resume", {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        )
+        timings.append(time.perf_counter() - started)
+        assert client.updates >= updates, client.updates
+    await stop(proc, client)
+    return statistics.median(timings)
+
+
+async def startup(home: str) -> float:
+    timings = []
+    for _ in range(10):
+        started = time.perf_counter()
+        proc, client = await start(CROW, home)
+        await client.initialize()
+        timings.append(time.perf_counter() - started)
+        await stop(proc, client)
+    return statistics.median(timings)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+async def memory_per_session(home: str, sessions: int) -> tuple[float, float]:
+    proc, client = await start(CROW, home)
+    await client.initialize()
+    for _ in range(20):
+        await client.request("session/new", {"cwd": "/tmp"})
+    before = rss_kib(proc.pid)
+    for _ in range(sessions):
+        await client.request("session/new", {"cwd": "/tmp"})
+    after = rss_kib(proc.pid)
+    await stop(proc, client)
+    return (after - before) / sessions, after / 1024
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=300)
+    parser.add_argument("--chunks", type=int, default=20)
+    parser.add_argument("--replay-updates", type=int, default=10_000)
+    parser.add_argument("--sessions", type=int, default=1000)
+    args = parser.parse_args()
+
+    with ScriptedModel() as model:
+        model.set_default(Text(text="word " * args.chunks, chunks=args.chunks))
+        with tempfile.TemporaryDirectory() as home:
+            write_config(Path(home), model.base_url)
+            crow = await turns(CROW, home, args.prompts)
+        with tempfile.TemporaryDirectory() as home:
+            echo = await turns([*ECHO, "--chunks", str(args.chunks)], home, args.prompts)
+        bare = await bare_model(model.base_url, args.prompts)
+        print(f"turn, {args.chunks} chunks, prompt -> idle over stdio ({args.prompts} turns):")
+        for name, values in (
+            ("crow serve + model", crow),
+            ("echo agent", echo),
+            ("bare model call", bare),
+        ):
+            print(
+                f"  {name:20} p50 {statistics.median(values) * 1000:6.2f} ms"
+                f"   p99 {percentile(values, 0.99) * 1000:6.2f} ms"
+            )
+        overhead = statistics.median(crow) - statistics.median(bare)
+        print(f"  crow's overhead per turn over the bare model call: {overhead * 1000:.2f} ms")
+
+        with tempfile.TemporaryDirectory() as home:
+            write_config(Path(home), model.base_url)
+            seconds = await replay(home, model.base_url, args.replay_updates)
+            print(
+                f"resume with replay of {args.replay_updates} updates: {seconds * 1000:.1f} ms "
+                "(median of 5)"
+            )
+        with tempfile.TemporaryDirectory() as home:
+            write_config(Path(home), model.base_url)
+            print(
+                f"spawn -> initialize answered: {await startup(home) * 1000:.0f} ms (median of 10)"
+            )
+            per, total = await memory_per_session(home, args.sessions)
+            print(
+                f"memory per idle session: {per:.1f} KiB ({args.sessions} sessions, "
+                f"RSS {total:.0f} MiB)"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

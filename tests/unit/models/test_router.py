@@ -1,0 +1,133 @@
+"""Retry, fallback and stripping against the scripted model, in process."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from fakemodel import Drop, Error, Hang, Text
+
+from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy
+from crow.config import Config as CrowConfig
+from crow.models.errors import (
+    ContextLengthExceeded,
+    ModelOverloaded,
+    ModelRejected,
+    ModelStreamBroken,
+    ModelUnreachable,
+)
+from crow.models.events import FallingBack, Finished, Stripped, TextDelta
+from crow.models.router import ModelRouter
+
+
+def config(base_url: str, *models: ModelSpec, attempts: int = 2, timeout: float = 5.0):
+    return CrowConfig(
+        paths=Paths(home=Path("/nonexistent")),
+        providers={"p": ProviderSpec(name="p", base_url=base_url)},
+        models={m.name: m for m in models},
+        chain=tuple(m.name for m in models),
+        retry=RetryPolicy(attempts=attempts, backoff_s=0.01, timeout_s=timeout),
+    )
+
+
+def spec(name: str, *caps: str) -> ModelSpec:
+    return ModelSpec(name=name, provider="p", model_id=f"id-{name}",
+                     capabilities=frozenset(caps or ("tools",)))
+
+
+async def collect(router: ModelRouter, messages=None) -> list:
+    messages = messages or [{"role": "user", "content": "hi"}]
+    try:
+        async with asyncio.timeout(10):
+            return [e async for e in router.stream(router.config.chain[0], messages)]
+    finally:
+        await router.aclose()
+
+
+async def test_text_and_usage(scripted_model):
+    scripted_model.script(Text(text="hello world", chunks=2, usage=(7, 3)))
+    events = await collect(ModelRouter(config(scripted_model.base_url, spec("a"))))
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "hello world"
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.model == "a"
+    assert (finished.usage.prompt_tokens, finished.usage.completion_tokens) == (7, 3)
+    assert scripted_model.requests[0]["model"] == "id-a"
+
+
+@pytest.mark.parametrize("failure", [
+    Error(status=500), Error(status=429), Error(status=503),
+    Error(status=400, message="Download multimodal file timed out"),
+])
+async def test_transient_failures_are_retried(scripted_model, failure):
+    scripted_model.script(failure, Text(text="ok"))
+    events = await collect(ModelRouter(config(scripted_model.base_url, spec("a"))))
+    assert isinstance(events[-1], Finished) and len(scripted_model.requests) == 2
+
+
+async def test_a_hanging_model_times_out_and_counts_as_transient(scripted_model):
+    scripted_model.script(Hang(), Text(text="ok"))
+    router = ModelRouter(config(scripted_model.base_url, spec("a"), timeout=0.5))
+    events = await collect(router)
+    assert isinstance(events[-1], Finished)
+    scripted_model.wait_for_disconnects(1)
+
+
+async def test_fallback_after_the_attempts_run_out(scripted_model):
+    scripted_model.script(Error(status=500), Error(status=500), Text(text="backup"))
+    router = ModelRouter(config(scripted_model.base_url, spec("a"), spec("b")))
+    events = await collect(router)
+    assert any(isinstance(e, FallingBack) and e.to_model == "b" for e in events)
+    assert events[-1].model == "b"
+
+
+async def test_a_rejection_falls_back_without_retrying(scripted_model):
+    scripted_model.script(Error(status=401, message="bad key", type="auth"), Text(text="b"))
+    router = ModelRouter(config(scripted_model.base_url, spec("a"), spec("b")))
+    events = await collect(router)
+    assert events[-1].model == "b" and len(scripted_model.requests) == 2
+
+
+async def test_the_last_error_names_every_model(scripted_model):
+    scripted_model.set_default(Error(status=404, message="no such model"))
+    router = ModelRouter(config(scripted_model.base_url, spec("a"), spec("b")))
+    with pytest.raises(ModelRejected) as info:
+        await collect(router)
+    assert "a:" in info.value.message and "b:" in info.value.message
+
+
+async def test_context_length_is_raised_for_compaction(scripted_model):
+    scripted_model.script(Error(status=400, message="maximum context length is 8192 tokens"))
+    router = ModelRouter(config(scripted_model.base_url, spec("a"), spec("b")))
+    with pytest.raises(ContextLengthExceeded):
+        await collect(router)
+    assert len(scripted_model.requests) == 1
+
+
+async def test_a_drop_after_output_is_not_retried(scripted_model):
+    scripted_model.script(Drop(after_chunks=2), Text(text="never"))
+    with pytest.raises(ModelStreamBroken):
+        await collect(ModelRouter(config(scripted_model.base_url, spec("a"))))
+    assert len(scripted_model.requests) == 1
+
+
+async def test_unreachable_server():
+    router = ModelRouter(config("http://127.0.0.1:9/v1", spec("a"), attempts=1))
+    with pytest.raises(ModelUnreachable):
+        await collect(router)
+
+
+async def test_images_are_stripped_for_a_model_without_them(scripted_model):
+    scripted_model.script(Error(status=500), Text(text="text only"))
+    router = ModelRouter(config(scripted_model.base_url, spec("v", "image"), spec("t"),
+                                attempts=1))
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    events = await collect(router, [{"role": "user", "content": [image]}])
+    assert any(isinstance(e, Stripped) and e.modalities == ("image",) for e in events)
+    first, second = scripted_model.requests
+    assert first["messages"][0]["content"][0]["type"] == "image_url"
+    assert second["messages"][0]["content"][0]["type"] == "text"
+
+
+async def test_overloaded_is_transient_and_rejected_is_not():
+    assert ModelOverloaded("x").transient and not ModelRejected("x").transient

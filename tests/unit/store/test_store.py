@@ -1,0 +1,99 @@
+"""The SQLite session store: migrations, the update log, listing, the transcript."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from crow.store.db import Store, StoreError
+from crow.store.migrations import MIGRATIONS
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "crow.db")
+    yield s
+    s.close()
+
+
+def test_a_new_store_is_migrated_to_the_latest_version(tmp_path):
+    Store(tmp_path / "a.db").close()
+    db = sqlite3.connect(tmp_path / "a.db")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"sessions", "updates", "transcript"} <= tables
+    db.close()
+    Store(tmp_path / "a.db").close()  # reopening migrates nothing and fails nothing
+
+
+def test_a_store_from_a_newer_crow_is_refused(tmp_path):
+    db = sqlite3.connect(tmp_path / "new.db")
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    db.close()
+    with pytest.raises(RuntimeError, match="newer than this Crow"):
+        Store(tmp_path / "new.db")
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
+    (tmp_path / "junk.db").write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="cannot open the session store"):
+        Store(tmp_path / "junk.db")
+
+
+def test_updates_are_logged_in_order_with_the_state(store):
+    store.create_session(session_id="s", cwd="/p", now="t0")
+    assert store.append_update("s", b'{"a":1}') == 1
+    assert store.append_update("s", b'{"b":2}', state="running") == 2
+    assert store.get_session("s").state == "running"
+    store.append_update("s", b'{"c":3}', state="idle", stop_reason="end_turn", now="t1")
+    record = store.get_session("s")
+    assert (record.state, record.stop_reason, record.updated_at) == ("idle", "end_turn", "t1")
+    assert list(store.updates("s")) == [(1, b'{"a":1}'), (2, b'{"b":2}'), (3, b'{"c":3}')]
+    assert list(store.updates("s", after=2)) == [(3, b'{"c":3}')]
+    assert store.last_seq("s") == 3
+
+
+def test_list_is_newest_first_with_cwd_filter_and_cursor(store):
+    for i in range(7):
+        store.create_session(session_id=f"s{i}", cwd="/a" if i % 2 else "/b", now=f"t{i}")
+    page, cursor = store.list_sessions(limit=3)
+    assert [r.id for r in page] == ["s6", "s5", "s4"]
+    page2, cursor2 = store.list_sessions(limit=3, cursor=cursor)
+    assert [r.id for r in page2] == ["s3", "s2", "s1"]
+    page3, cursor3 = store.list_sessions(limit=3, cursor=cursor2)
+    assert [r.id for r in page3] == ["s0"] and cursor3 is None
+    only_a, _ = store.list_sessions(cwd="/a")
+    assert [r.id for r in only_a] == ["s5", "s3", "s1"]
+    with pytest.raises(StoreError):
+        store.list_sessions(cursor="garbage!")
+
+
+def test_deleted_sessions_are_hidden(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    store.delete_session("s")
+    assert store.get_session("s") is None
+    assert store.get_session("s", include_deleted=True).deleted
+    assert store.list_sessions() == ([], None)
+
+
+def test_the_transcript_starts_at_the_latest_summary(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    for text in ("q1", "a1", "q2"):
+        store.append_message("s", {"role": "user", "content": text})
+    assert [e.message["content"] for e in store.transcript("s")] == ["q1", "a1", "q2"]
+    store.append_message("s", {"role": "user", "content": "summary"}, kind="summary")
+    store.append_message("s", {"role": "user", "content": "q2"})
+    entries = store.transcript("s")
+    assert [(e.kind, e.message["content"]) for e in entries] == [
+        ("summary", "summary"),
+        ("message", "q2"),
+    ]
+
+
+def test_interrupted_sessions_are_the_ones_not_idle(store):
+    store.create_session(session_id="a", cwd="/p", now="t")
+    store.create_session(session_id="b", cwd="/p", now="t")
+    store.append_update("b", b"{}", state="running")
+    assert [r.id for r in store.interrupted_sessions()] == ["b"]

@@ -1,0 +1,100 @@
+"""Config: zero config from the environment, the file, overrides, and clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from crow.config import ConfigError, Paths, load_config, write_default_config
+
+
+@pytest.fixture
+def paths(tmp_path):
+    return Paths(home=tmp_path / "home")
+
+
+def test_zero_config_uses_ollama_on_localhost(paths, monkeypatch):
+    for var in ("CROW_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    config = load_config(paths)
+    [name] = config.chain
+    assert config.providers["default"].base_url == "http://localhost:11434/v1"
+    assert config.models[name].model_id == name
+
+
+def test_zero_config_reads_the_environment(paths, monkeypatch):
+    monkeypatch.setenv("CROW_MODEL", "llama3.2")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://gpu:8000/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    config = load_config(paths)
+    assert config.chain == ("llama3.2",)
+    assert config.providers["default"].base_url == "http://gpu:8000/v1"
+    assert config.providers["default"].api_key == "sk-test"
+
+
+def test_command_line_overrides_beat_the_environment(paths, monkeypatch):
+    monkeypatch.setenv("CROW_MODEL", "from-env")
+    config = load_config(paths, model="from-cli", base_url="http://cli:1/v1")
+    assert config.chain == ("from-cli",)
+    assert config.providers["default"].base_url == "http://cli:1/v1"
+
+
+def test_the_written_default_config_loads(paths):
+    written = write_default_config(paths)
+    config = load_config(paths)
+    assert written == paths.config_file
+    assert config.chain == ("local",) and config.models["local"].model_id == "qwen3:8b"
+    with pytest.raises(FileExistsError):
+        write_default_config(paths)
+
+
+def test_a_file_with_a_fallback_chain_and_overrides(paths):
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[model]\ndefault = "a"\nfallback = ["b"]\n'
+        '[providers.p]\nbase_url = "http://p/v1"\napi_key_env = "P_KEY"\n'
+        '[models.a]\nprovider = "p"\nid = "model-a"\ncapabilities = ["tools", "image"]\n'
+        "context_window = 1000\n"
+        '[models.b]\nprovider = "p"\n'
+    )
+    config = load_config(paths)
+    assert config.chain == ("a", "b")
+    assert config.models["a"].capabilities == {"tools", "image"}
+    assert config.models["a"].context_window == 1000
+    assert load_config(paths, model="b").chain == ("b", "a")
+    adhoc = load_config(paths, model="c", base_url="http://other/v1")
+    assert adhoc.chain[0] == "c" and adhoc.providers[adhoc.models["c"].provider].base_url == (
+        "http://other/v1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        ("[model\n", "(file)", "valid TOML"),
+        ('[models.x]\nprovider = "nowhere"\n', "models.x.provider", "one of"),
+        (
+            '[providers.p]\nbase_url = "u"\n[models.x]\nprovider = "p"\ncontext_window = "big"\n',
+            "models.x.context_window",
+            "a positive integer",
+        ),
+        (
+            '[providers.p]\nbase_url = "u"\n[models.x]\nprovider = "p"\ncapabilities = ["video"]\n',
+            "models.x.capabilities",
+            "a list from",
+        ),
+        (
+            '[model]\ndefault = "y"\n[providers.p]\nbase_url = "u"\n[models.x]\nprovider = "p"\n',
+            "model.default",
+            "a model defined under [models]",
+        ),
+        ("[retry]\nattempts = 0\n", "retry.attempts", "a positive integer"),
+        ("[providers.p]\n", "providers.p.base_url", "a non-empty string"),
+    ],
+)
+def test_config_errors_name_file_key_and_expectation(paths, text, key, expected):
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(paths)
+    message = str(info.value)
+    assert message.startswith(f"{paths.config_file}: {key}: expected {expected}")
