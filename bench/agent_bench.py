@@ -5,7 +5,7 @@
 - Turn overhead: prompt → idle through ``crow serve`` against a scripted model
   that answers at once (tests/fakemodel.py on loopback), next to the echo agent
   doing the same K chunks without a model, and next to the bare model round trip
-  (the openai SDK calling the scripted server directly).  Overhead = crow − bare.
+  (the openai SDK calling the scripted server directly).  Overhead = crow minus bare.
 - Replay: ``session/resume`` with ``replayFrom: start`` of a session holding N
   updates (a real turn's updates, repeated), request sent → response received.
 - Start-up: spawn → ``initialize`` answered (median of 10).

@@ -383,23 +383,66 @@ class Generator:
             out.append("}")
         return out
 
-    def ordered_unions(self) -> list[tuple[str, str, str]]:
-        """Unions are evaluated at import time, so one naming another comes after it."""
-        pending = {u[0]: u for u in self.unions}
-        done: list[tuple[str, str, str]] = []
+    def ordered_definitions(self) -> list[str]:
+        """Every alias, class and union, each after what it names.
+
+        A class in a reference cycle gets the offending annotations quoted (pydantic
+        resolves them on first use); bases and union members are never cyclic.
+        """
+        nodes: dict[str, tuple[str, Any]] = {}
+        for name, expr, doc in self.aliases:
+            nodes[name] = ("alias", (expr, doc))
+        for name in self.class_order:
+            nodes[name] = ("class", None)
+        for name, expr, doc in self.unions:
+            nodes[name] = ("union", (expr, doc))
+        names = re.compile(r"\b(" + "|".join(sorted(nodes, key=len, reverse=True)) + r")\b")
+
+        def refs(text: str, own: str) -> list[str]:
+            return [n for n in dict.fromkeys(names.findall(text)) if n != own]
+
+        def text_of(name: str) -> str:
+            kind, data = nodes[name]
+            if kind == "class":
+                body = self.classes[name]
+                fields = [line for line in body if not line.lstrip().startswith('"""')]
+                return " ".join(self.bases[name]) + "\n" + "\n".join(fields)
+            return str(data[0])
+
+        out: list[str] = []
+        done: set[str] = set()
+        active: set[str] = set()
 
         def visit(name: str) -> None:
-            entry = pending.pop(name, None)
-            if entry is None:
+            if name in done or name in active:
                 return
-            for other in list(pending):
-                if re.search(rf"\b{other}\b", entry[1]):
-                    visit(other)
-            done.append(entry)
+            active.add(name)
+            for dep in refs(text_of(name), name):
+                visit(dep)
+            active.discard(name)
+            done.add(name)
+            kind, data = nodes[name]
+            if kind == "class":
+                body = [self.quote_forward(line, done, names) for line in self.classes[name]]
+                out.extend(["", "", f"class {name}({', '.join(self.bases[name])}):", *body])
+            else:
+                expr, doc = data
+                out.extend(["", f"{name} = {expr}", *([f'"""{doc}"""'] if doc else [])])
 
-        for name in [u[0] for u in self.unions]:
+        for name in nodes:
             visit(name)
-        return done
+        return out
+
+    @staticmethod
+    def quote_forward(line: str, done: set[str], names: re.Pattern[str]) -> str:
+        """Quote a field's annotation if it names something not yet defined."""
+        match = re.match(r"^(    \w+): (.+?)( = .*)?$", line)
+        if match is None or line.lstrip().startswith('"""'):
+            return line
+        annotation = match.group(2)
+        if all(n in done for n in names.findall(annotation)):
+            return line
+        return f"{match.group(1)}: {annotation!r}{match.group(3) or ''}"
 
     # ---- output -------------------------------------------------------------
     def render(self, digest: str) -> str:
@@ -426,7 +469,9 @@ class Generator:
             '"""',
             "",
             "# ruff: noqa: E501",
-            "from __future__ import annotations",
+            "# No `from __future__ import annotations`: definitions come in dependency order,",
+            "# so annotations evaluate at class creation; pydantic would otherwise compile and",
+            "# eval every annotation string at import, doubling the start-up cost.",
             "",
             "from typing import Annotated, Any, Literal",
             "",
@@ -436,24 +481,7 @@ class Generator:
             "from ._lenient import DEFAULT_ON_ERROR, SKIP_INVALID_ITEMS, route",
             "",
         ]
-        for name, expr, doc in self.aliases:
-            out += ["", f"{name} = {expr}"] + ([f'"""{doc}"""'] if doc else [])
-        emitted: set[str] = set()
-
-        def emit(cls: str) -> None:
-            if cls in emitted:
-                return
-            for b in self.bases[cls]:
-                if b in self.classes:
-                    emit(b)
-            emitted.add(cls)
-            out.extend(["", "", f"class {cls}({', '.join(self.bases[cls])}):"] + self.classes[cls])
-
-        for cls in self.class_order:
-            emit(cls)
-        out.append("")
-        for name, expr, doc in self.ordered_unions():
-            out += ["", f"{name} = {expr}"] + ([f'"""{doc}"""'] if doc else [])
+        out += self.ordered_definitions()
         out += ["", "", *self.methods(), ""]
         return "\n".join(out)
 

@@ -105,11 +105,19 @@ def test_the_ts_sdk_client_drives_crow_serve(crow_home, scripted_model):
     assert report["agentText"] == "Hello from the model"
     live = report["liveUpdates"]
     kinds = [u["sessionUpdate"] for u in live]
-    assert kinds[kinds.index("user_message"):] == [
-        "user_message", "state_update", "session_info_update",
-        "agent_thought_chunk", "agent_thought_chunk", "agent_thought_chunk",
-        "agent_message_chunk", "agent_message_chunk", "agent_message_chunk",
-        "agent_thought", "agent_message", "usage_update",
+    assert kinds[kinds.index("user_message") :] == [
+        "user_message",
+        "state_update",
+        "session_info_update",
+        "agent_thought_chunk",
+        "agent_thought_chunk",
+        "agent_thought_chunk",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "agent_message_chunk",
+        "agent_thought",
+        "agent_message",
+        "usage_update",
     ]
     user = live[kinds.index("user_message")]
     assert user["messageId"] == report["promptResponse"]["messageId"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fakemodel import Drop, Error, Hang, Text
 
-from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy
 from crow.config import Config as CrowConfig
+from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy
 from crow.models.errors import (
     ContextLengthExceeded,
     ModelOverloaded,
@@ -32,8 +32,9 @@ def config(base_url: str, *models: ModelSpec, attempts: int = 2, timeout: float 
 
 
 def spec(name: str, *caps: str) -> ModelSpec:
-    return ModelSpec(name=name, provider="p", model_id=f"id-{name}",
-                     capabilities=frozenset(caps or ("tools",)))
+    return ModelSpec(
+        name=name, provider="p", model_id=f"id-{name}", capabilities=frozenset(caps or ("tools",))
+    )
 
 
 async def collect(router: ModelRouter, messages=None) -> list:
@@ -55,10 +56,15 @@ async def test_text_and_usage(scripted_model):
     assert scripted_model.requests[0]["model"] == "id-a"
 
 
-@pytest.mark.parametrize("failure", [
-    Error(status=500), Error(status=429), Error(status=503),
-    Error(status=400, message="Download multimodal file timed out"),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Error(status=500),
+        Error(status=429),
+        Error(status=503),
+        Error(status=400, message="Download multimodal file timed out"),
+    ],
+)
 async def test_transient_failures_are_retried(scripted_model, failure):
     scripted_model.script(failure, Text(text="ok"))
     events = await collect(ModelRouter(config(scripted_model.base_url, spec("a"))))
@@ -119,8 +125,7 @@ async def test_unreachable_server():
 
 async def test_images_are_stripped_for_a_model_without_them(scripted_model):
     scripted_model.script(Error(status=500), Text(text="text only"))
-    router = ModelRouter(config(scripted_model.base_url, spec("v", "image"), spec("t"),
-                                attempts=1))
+    router = ModelRouter(config(scripted_model.base_url, spec("v", "image"), spec("t"), attempts=1))
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
     events = await collect(router, [{"role": "user", "content": [image]}])
     assert any(isinstance(e, Stripped) and e.modalities == ("image",) for e in events)

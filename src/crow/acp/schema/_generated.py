@@ -5,7 +5,9 @@ relaxed to accept spec/schema/v2.schema.json as well.
 """
 
 # ruff: noqa: E501
-from __future__ import annotations
+# No `from __future__ import annotations`: definitions come in dependency order,
+# so annotations evaluate at class creation; pydantic would otherwise compile and
+# eval every annotation string at import, doubling the start-up cost.
 
 from typing import Annotated, Any, Literal
 
@@ -130,55 +132,6 @@ CompactionStatus = Literal["in_progress", "completed", "failed", "cancelled"] | 
 """Lifecycle state of a context compaction."""
 
 
-class RequestPermissionRequest(AcpModel):
-    """Request for user permission to proceed with an operation."""
-
-    session_id: SessionId = Field(alias="sessionId")
-    title: str
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    subject: RequestPermissionSubject | None | UNSET_T = UNSET
-    options: list[PermissionOption]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownRequestPermissionSubject(AcpModel):
-    """An unrecognised RequestPermissionSubject, kept whole."""
-
-    type: str
-
-
-class ToolCallUpdate(AcpModel):
-    """Represents an upsert for a tool call that the language model has requested."""
-
-    tool_call_id: ToolCallId = Field(alias="toolCallId")
-    name: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    kind: Annotated[ToolKind | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    status: Annotated[ToolCallStatus | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    content: (
-        Annotated[list[ToolCallContent] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
-    locations: (
-        Annotated[list[ToolCallLocation] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = UNSET
-    raw_input: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="rawInput")
-    raw_output: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="rawOutput")
-    capabilities: Annotated[ToolCallCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownToolCallContent(AcpModel):
-    """An unrecognised ToolCallContent, kept whole."""
-
-    type: str
-
-
-class UnknownContentBlock(AcpModel):
-    """An unrecognised ContentBlock, kept whole."""
-
-    type: str
-
-
 class Annotations(AcpModel):
     """Optional annotations for the client. The client can use annotations to inform how objects are used or displayed"""
 
@@ -271,6 +224,10 @@ class BlobResourceContents(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+EmbeddedResourceResource = TextResourceContents | BlobResourceContents
+"""Resource content that can be embedded in a message."""
+
+
 class EmbeddedResource(AcpModel):
     """The contents of a resource, embedded into a prompt or tool call result."""
 
@@ -278,6 +235,38 @@ class EmbeddedResource(AcpModel):
     resource: EmbeddedResourceResource
     annotations: Annotated[Annotations | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class UnknownContentBlock(AcpModel):
+    """An unrecognised ContentBlock, kept whole."""
+
+    type: str
+
+
+ContentBlock = Annotated[
+    Annotated[TextContent, Tag("TextContent")]
+    | Annotated[ImageContent, Tag("ImageContent")]
+    | Annotated[AudioContent, Tag("AudioContent")]
+    | Annotated[ResourceLink, Tag("ResourceLink")]
+    | Annotated[EmbeddedResource, Tag("EmbeddedResource")]
+    | Annotated[UnknownContentBlock, Tag("UnknownContentBlock")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {
+                "text": "TextContent",
+                "image": "ImageContent",
+                "audio": "AudioContent",
+                "resource_link": "ResourceLink",
+                "resource": "EmbeddedResource",
+            },
+            other="UnknownContentBlock",
+            missing=None,
+        )
+    ),
+]
+"""Content blocks represent displayable information in the Agent Client Protocol."""
 
 
 class Content(AcpModel):
@@ -347,6 +336,32 @@ class UnknownDiffChange(_DiffChangeCommon):
     operation: str
 
 
+DiffChange = Annotated[
+    Annotated[AddDiffChange, Tag("AddDiffChange")]
+    | Annotated[DeleteDiffChange, Tag("DeleteDiffChange")]
+    | Annotated[ModifyDiffChange, Tag("ModifyDiffChange")]
+    | Annotated[MoveDiffChange, Tag("MoveDiffChange")]
+    | Annotated[CopyDiffChange, Tag("CopyDiffChange")]
+    | Annotated[UnknownDiffChange, Tag("UnknownDiffChange")],
+    Discriminator(
+        route(
+            "operation",
+            "operation",
+            {
+                "add": "AddDiffChange",
+                "delete": "DeleteDiffChange",
+                "modify": "ModifyDiffChange",
+                "move": "MoveDiffChange",
+                "copy": "CopyDiffChange",
+            },
+            other="UnknownDiffChange",
+            missing=None,
+        )
+    ),
+]
+"""One file-level change described by a `Diff`."""
+
+
 class DiffPatch(AcpModel):
     """Renderable patch text and its format."""
 
@@ -372,11 +387,41 @@ class Terminal(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownToolCallContent(AcpModel):
+    """An unrecognised ToolCallContent, kept whole."""
+
+    type: str
+
+
+ToolCallContent = Annotated[
+    Annotated[Content, Tag("Content")]
+    | Annotated[Diff, Tag("Diff")]
+    | Annotated[Terminal, Tag("Terminal")]
+    | Annotated[UnknownToolCallContent, Tag("UnknownToolCallContent")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"content": "Content", "diff": "Diff", "terminal": "Terminal"},
+            other="UnknownToolCallContent",
+            missing=None,
+        )
+    ),
+]
+"""Content produced by a tool call."""
+
+
 class ToolCallLocation(AcpModel):
     """A file location being accessed or modified by a tool."""
 
     path: AbsolutePath
     line: Annotated[Annotated[StrictInt, Field(ge=1)] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class ToolCallCancelCapabilities(AcpModel):
+    """Capability to cancel a tool call with `tool_call/cancel`."""
+
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -387,9 +432,23 @@ class ToolCallCapabilities(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class ToolCallCancelCapabilities(AcpModel):
-    """Capability to cancel a tool call with `tool_call/cancel`."""
+class ToolCallUpdate(AcpModel):
+    """Represents an upsert for a tool call that the language model has requested."""
 
+    tool_call_id: ToolCallId = Field(alias="toolCallId")
+    name: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    kind: Annotated[ToolKind | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    status: Annotated[ToolCallStatus | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    content: (
+        Annotated[list[ToolCallContent] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
+    ) = UNSET
+    locations: (
+        Annotated[list[ToolCallLocation] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
+    ) = UNSET
+    raw_input: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="rawInput")
+    raw_output: Annotated[Any, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="rawOutput")
+    capabilities: Annotated[ToolCallCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -416,6 +475,29 @@ class CommandPermissionSubject(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownRequestPermissionSubject(AcpModel):
+    """An unrecognised RequestPermissionSubject, kept whole."""
+
+    type: str
+
+
+RequestPermissionSubject = Annotated[
+    Annotated[ToolCallPermissionSubject, Tag("ToolCallPermissionSubject")]
+    | Annotated[CommandPermissionSubject, Tag("CommandPermissionSubject")]
+    | Annotated[UnknownRequestPermissionSubject, Tag("UnknownRequestPermissionSubject")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"tool_call": "ToolCallPermissionSubject", "command": "CommandPermissionSubject"},
+            other="UnknownRequestPermissionSubject",
+            missing=None,
+        )
+    ),
+]
+"""The operation requiring permission."""
+
+
 class PermissionOption(AcpModel):
     """An option presented to the user when requesting permission."""
 
@@ -425,9 +507,177 @@ class PermissionOption(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class RequestPermissionRequest(AcpModel):
+    """Request for user permission to proceed with an operation."""
+
+    session_id: SessionId = Field(alias="sessionId")
+    title: str
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    subject: RequestPermissionSubject | None | UNSET_T = UNSET
+    options: list[PermissionOption]
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class _CreateElicitationRequestCommon(AcpModel):
     message: str
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class EnumOption(AcpModel):
+    """A titled enum option with a const value, human-readable title, and optional description."""
+
+    const: str
+    title: str
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class StringPropertySchema(AcpModel):
+    """Schema for string properties in an elicitation form."""
+
+    type: Literal["string"] = Field("string")
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    min_length: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="minLength")
+    max_length: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="maxLength")
+    pattern: str | None | UNSET_T = UNSET
+    format: StringFormat | None | UNSET_T = UNSET
+    default: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    enum: list[str] | None | UNSET_T = UNSET
+    one_of: list[EnumOption] | None | UNSET_T = Field(UNSET, alias="oneOf")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class NumberPropertySchema(AcpModel):
+    """Schema for number (floating-point) properties in an elicitation form."""
+
+    type: Literal["number"] = Field("number")
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    minimum: float | None | UNSET_T = UNSET
+    maximum: float | None | UNSET_T = UNSET
+    default: Annotated[float | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class IntegerPropertySchema(AcpModel):
+    """Schema for integer properties in an elicitation form."""
+
+    type: Literal["integer"] = Field("integer")
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    minimum: StrictInt | None | UNSET_T = UNSET
+    maximum: StrictInt | None | UNSET_T = UNSET
+    default: Annotated[StrictInt | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class BooleanPropertySchema(AcpModel):
+    """Schema for boolean properties in an elicitation form."""
+
+    type: Literal["boolean"] = Field("boolean")
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    default: Annotated[StrictBool | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class StringMultiSelectItems(AcpModel):
+    """String item schema for multi-select enum properties."""
+
+    type: Literal["string"] = Field("string")
+    enum: list[str]
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class UnknownMultiSelectItems(AcpModel):
+    """An unrecognised MultiSelectItems, kept whole."""
+
+    type: str
+
+
+class TitledMultiSelectItems(AcpModel):
+    """Items definition for titled multi-select enum properties."""
+
+    any_of: list[EnumOption] = Field(alias="anyOf")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+MultiSelectItems = Annotated[
+    Annotated[StringMultiSelectItems, Tag("StringMultiSelectItems")]
+    | Annotated[UnknownMultiSelectItems, Tag("UnknownMultiSelectItems")]
+    | Annotated[TitledMultiSelectItems, Tag("TitledMultiSelectItems")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"string": "StringMultiSelectItems"},
+            other="UnknownMultiSelectItems",
+            missing="TitledMultiSelectItems",
+        )
+    ),
+]
+"""Items for a multi-select (array) property schema."""
+
+
+class MultiSelectPropertySchema(AcpModel):
+    """Schema for multi-select (array) properties in an elicitation form."""
+
+    type: Literal["array"] = Field("array")
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    min_items: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="minItems")
+    max_items: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="maxItems")
+    items: MultiSelectItems
+    default: Annotated[list[str] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class UnknownElicitationPropertySchema(AcpModel):
+    """An unrecognised ElicitationPropertySchema, kept whole."""
+
+    type: str
+
+
+ElicitationPropertySchema = Annotated[
+    Annotated[StringPropertySchema, Tag("StringPropertySchema")]
+    | Annotated[NumberPropertySchema, Tag("NumberPropertySchema")]
+    | Annotated[IntegerPropertySchema, Tag("IntegerPropertySchema")]
+    | Annotated[BooleanPropertySchema, Tag("BooleanPropertySchema")]
+    | Annotated[MultiSelectPropertySchema, Tag("MultiSelectPropertySchema")]
+    | Annotated[UnknownElicitationPropertySchema, Tag("UnknownElicitationPropertySchema")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {
+                "string": "StringPropertySchema",
+                "number": "NumberPropertySchema",
+                "integer": "IntegerPropertySchema",
+                "boolean": "BooleanPropertySchema",
+                "array": "MultiSelectPropertySchema",
+            },
+            other="UnknownElicitationPropertySchema",
+            missing=None,
+        )
+    ),
+]
+"""Property schema for elicitation form fields."""
+
+
+class ElicitationSchema(AcpModel):
+    """Type-safe elicitation schema for requesting structured user input."""
+
+    type: ElicitationSchemaType | UNSET_T = UNSET
+    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    properties: dict[str, ElicitationPropertySchema] | UNSET_T = UNSET
+    required: list[str] | None | UNSET_T = UNSET
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+RequestId = StrictInt | str
+"""A JSON-RPC request ID: a string or an integer. Unlike base JSON-RPC, it MUST NOT be `null`."""
 
 
 class ElicitationFormMode(AcpModel):
@@ -491,165 +741,12 @@ class ElicitationRequestScope(AcpModel):
     request_id: RequestId = Field(alias="requestId")
 
 
-class ElicitationSchema(AcpModel):
-    """Type-safe elicitation schema for requesting structured user input."""
-
-    type: ElicitationSchemaType | UNSET_T = UNSET
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    properties: dict[str, ElicitationPropertySchema] | UNSET_T = UNSET
-    required: list[str] | None | UNSET_T = UNSET
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownElicitationPropertySchema(AcpModel):
-    """An unrecognised ElicitationPropertySchema, kept whole."""
-
-    type: str
-
-
-class EnumOption(AcpModel):
-    """A titled enum option with a const value, human-readable title, and optional description."""
-
-    const: str
-    title: str
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class StringPropertySchema(AcpModel):
-    """Schema for string properties in an elicitation form."""
-
-    type: Literal["string"] = Field("string")
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    min_length: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="minLength")
-    max_length: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="maxLength")
-    pattern: str | None | UNSET_T = UNSET
-    format: StringFormat | None | UNSET_T = UNSET
-    default: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    enum: list[str] | None | UNSET_T = UNSET
-    one_of: list[EnumOption] | None | UNSET_T = Field(UNSET, alias="oneOf")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class NumberPropertySchema(AcpModel):
-    """Schema for number (floating-point) properties in an elicitation form."""
-
-    type: Literal["number"] = Field("number")
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    minimum: float | None | UNSET_T = UNSET
-    maximum: float | None | UNSET_T = UNSET
-    default: Annotated[float | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class IntegerPropertySchema(AcpModel):
-    """Schema for integer properties in an elicitation form."""
-
-    type: Literal["integer"] = Field("integer")
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    minimum: StrictInt | None | UNSET_T = UNSET
-    maximum: StrictInt | None | UNSET_T = UNSET
-    default: Annotated[StrictInt | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class BooleanPropertySchema(AcpModel):
-    """Schema for boolean properties in an elicitation form."""
-
-    type: Literal["boolean"] = Field("boolean")
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    default: Annotated[StrictBool | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownMultiSelectItems(AcpModel):
-    """An unrecognised MultiSelectItems, kept whole."""
-
-    type: str
-
-
-class StringMultiSelectItems(AcpModel):
-    """String item schema for multi-select enum properties."""
-
-    type: Literal["string"] = Field("string")
-    enum: list[str]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class TitledMultiSelectItems(AcpModel):
-    """Items definition for titled multi-select enum properties."""
-
-    any_of: list[EnumOption] = Field(alias="anyOf")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class MultiSelectPropertySchema(AcpModel):
-    """Schema for multi-select (array) properties in an elicitation form."""
-
-    type: Literal["array"] = Field("array")
-    title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    min_items: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="minItems")
-    max_items: Annotated[StrictInt, Field(ge=0)] | None | UNSET_T = Field(UNSET, alias="maxItems")
-    items: MultiSelectItems
-    default: Annotated[list[str] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class InitializeResponse(AcpModel):
-    """Response to the `initialize` method."""
-
-    protocol_version: ProtocolVersion = Field(alias="protocolVersion")
-    info: Implementation
-    capabilities: Annotated[AgentCapabilities, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    auth_methods: Annotated[list[AuthMethod], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = (
-        Field(UNSET, alias="authMethods")
-    )
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
 class Implementation(AcpModel):
     """Metadata about the implementation of the client or agent. Describes the name and version of an ACP implementation, with an optional title for UI representation."""
 
     name: str
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     version: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class AgentCapabilities(AcpModel):
-    """Capabilities supported by the agent."""
-
-    session: Annotated[SessionCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    auth: Annotated[AgentAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class SessionCapabilities(AcpModel):
-    """Session capabilities supported by the agent."""
-
-    prompt: Annotated[PromptCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    mcp: Annotated[McpCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    delete: Annotated[SessionDeleteCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    additional_directories: (
-        Annotated[SessionAdditionalDirectoriesCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
-    ) = Field(UNSET, alias="additionalDirectories")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class PromptCapabilities(AcpModel):
-    """Prompt capabilities supported by the agent in `session/prompt` requests."""
-
-    image: Annotated[PromptImageCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    audio: Annotated[PromptAudioCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    embedded_context: (
-        Annotated[PromptEmbeddedContextCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
-    ) = Field(UNSET, alias="embeddedContext")
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -671,11 +768,14 @@ class PromptEmbeddedContextCapabilities(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class McpCapabilities(AcpModel):
-    """MCP capabilities supported by the agent for session lifecycle requests."""
+class PromptCapabilities(AcpModel):
+    """Prompt capabilities supported by the agent in `session/prompt` requests."""
 
-    stdio: Annotated[McpStdioCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    http: Annotated[McpHttpCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    image: Annotated[PromptImageCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    audio: Annotated[PromptAudioCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    embedded_context: (
+        Annotated[PromptEmbeddedContextCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
+    ) = Field(UNSET, alias="embeddedContext")
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -691,6 +791,14 @@ class McpHttpCapabilities(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class McpCapabilities(AcpModel):
+    """MCP capabilities supported by the agent for session lifecycle requests."""
+
+    stdio: Annotated[McpStdioCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    http: Annotated[McpHttpCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class SessionDeleteCapabilities(AcpModel):
     """Capabilities for the `session/delete` method."""
 
@@ -703,18 +811,30 @@ class SessionAdditionalDirectoriesCapabilities(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class SessionCapabilities(AcpModel):
+    """Session capabilities supported by the agent."""
+
+    prompt: Annotated[PromptCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    mcp: Annotated[McpCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    delete: Annotated[SessionDeleteCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    additional_directories: (
+        Annotated[SessionAdditionalDirectoriesCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T
+    ) = Field(UNSET, alias="additionalDirectories")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class AgentAuthCapabilities(AcpModel):
     """Authentication-related extension capabilities supported by the agent."""
 
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class UnknownAuthMethod(AcpModel):
-    """An unrecognised AuthMethod, kept whole."""
+class AgentCapabilities(AcpModel):
+    """Capabilities supported by the agent."""
 
-    type: str
-    method_id: AuthMethodId = Field(alias="methodId")
-    name: str
+    session: Annotated[SessionCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    auth: Annotated[AgentAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
 class EnvVariable(AcpModel):
@@ -747,6 +867,43 @@ class AuthMethodAgent(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownAuthMethod(AcpModel):
+    """An unrecognised AuthMethod, kept whole."""
+
+    type: str
+    method_id: AuthMethodId = Field(alias="methodId")
+    name: str
+
+
+AuthMethod = Annotated[
+    Annotated[AuthMethodTerminal, Tag("AuthMethodTerminal")]
+    | Annotated[AuthMethodAgent, Tag("AuthMethodAgent")]
+    | Annotated[UnknownAuthMethod, Tag("UnknownAuthMethod")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"terminal": "AuthMethodTerminal", "agent": "AuthMethodAgent"},
+            other="UnknownAuthMethod",
+            missing=None,
+        )
+    ),
+]
+"""Describes an available authentication method."""
+
+
+class InitializeResponse(AcpModel):
+    """Response to the `initialize` method."""
+
+    protocol_version: ProtocolVersion = Field(alias="protocolVersion")
+    info: Implementation
+    capabilities: Annotated[AgentCapabilities, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    auth_methods: Annotated[list[AuthMethod], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T = (
+        Field(UNSET, alias="authMethods")
+    )
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class LoginAuthResponse(AcpModel):
     """Response to the `auth/login` method."""
 
@@ -759,25 +916,34 @@ class LogoutAuthResponse(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class NewSessionResponse(AcpModel):
-    """Response from creating a new session."""
-
-    session_id: SessionId = Field(alias="sessionId")
-    config_options: (
-        Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = Field(UNSET, alias="configOptions")
-    available_commands: (
-        Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
-    ) = Field(UNSET, alias="availableCommands")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
 class _SessionConfigOptionCommon(AcpModel):
     config_id: SessionConfigId = Field(alias="configId")
     name: str
     description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     category: Annotated[SessionConfigOptionCategory | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class SessionConfigSelectOption(AcpModel):
+    """A possible value for a session configuration option."""
+
+    value: SessionConfigValueId
+    name: str
+    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class SessionConfigSelectGroup(AcpModel):
+    """A group of possible values for a session configuration option."""
+
+    group_id: SessionConfigGroupId = Field(alias="groupId")
+    name: str
+    options: Annotated[list[SessionConfigSelectOption], SKIP_INVALID_ITEMS]
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+SessionConfigSelectOptions = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
+"""Possible values for a session configuration option."""
 
 
 class SessionConfigSelect(AcpModel):
@@ -811,22 +977,51 @@ class UnknownSessionConfigOption(_SessionConfigOptionCommon):
     type: str
 
 
-class SessionConfigSelectOption(AcpModel):
-    """A possible value for a session configuration option."""
+SessionConfigOption = Annotated[
+    Annotated[SelectSessionConfigOption, Tag("SelectSessionConfigOption")]
+    | Annotated[BooleanSessionConfigOption, Tag("BooleanSessionConfigOption")]
+    | Annotated[UnknownSessionConfigOption, Tag("UnknownSessionConfigOption")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"select": "SelectSessionConfigOption", "boolean": "BooleanSessionConfigOption"},
+            other="UnknownSessionConfigOption",
+            missing=None,
+        )
+    ),
+]
+"""A session configuration option selector and its current state."""
 
-    value: SessionConfigValueId
-    name: str
-    description: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+
+class TextCommandInput(AcpModel):
+    """All text that was typed after the command name is provided as input."""
+
+    type: Literal["text"] = Field("text")
+    hint: str
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class SessionConfigSelectGroup(AcpModel):
-    """A group of possible values for a session configuration option."""
+class UnknownAvailableCommandInput(AcpModel):
+    """An unrecognised AvailableCommandInput, kept whole."""
 
-    group_id: SessionConfigGroupId = Field(alias="groupId")
-    name: str
-    options: Annotated[list[SessionConfigSelectOption], SKIP_INVALID_ITEMS]
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+    type: str
+
+
+AvailableCommandInput = Annotated[
+    Annotated[TextCommandInput, Tag("TextCommandInput")]
+    | Annotated[UnknownAvailableCommandInput, Tag("UnknownAvailableCommandInput")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"text": "TextCommandInput"},
+            other="UnknownAvailableCommandInput",
+            missing=None,
+        )
+    ),
+]
+"""The input specification for a command."""
 
 
 class _AvailableCommandCommon(AcpModel):
@@ -859,25 +1054,32 @@ class UnknownAvailableCommand(_AvailableCommandCommon):
     description: str
 
 
-class UnknownAvailableCommandInput(AcpModel):
-    """An unrecognised AvailableCommandInput, kept whole."""
+AvailableCommand = Annotated[
+    Annotated[CommandAvailableCommand, Tag("CommandAvailableCommand")]
+    | Annotated[UnknownAvailableCommand, Tag("UnknownAvailableCommand")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"command": "CommandAvailableCommand"},
+            other="UnknownAvailableCommand",
+            missing="CommandAvailableCommand",
+        )
+    ),
+]
+"""A command the agent advertises to the client."""
 
-    type: str
 
+class NewSessionResponse(AcpModel):
+    """Response from creating a new session."""
 
-class TextCommandInput(AcpModel):
-    """All text that was typed after the command name is provided as input."""
-
-    type: Literal["text"] = Field("text")
-    hint: str
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class ListSessionsResponse(AcpModel):
-    """Response from listing sessions."""
-
-    sessions: Annotated[list[SessionInfo], SKIP_INVALID_ITEMS]
-    next_cursor: SessionListCursor | None | UNSET_T = Field(UNSET, alias="nextCursor")
+    session_id: SessionId = Field(alias="sessionId")
+    config_options: (
+        Annotated[list[SessionConfigOption], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
+    ) = Field(UNSET, alias="configOptions")
+    available_commands: (
+        Annotated[list[AvailableCommand], SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
+    ) = Field(UNSET, alias="availableCommands")
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -891,6 +1093,14 @@ class SessionInfo(AcpModel):
     )
     title: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     updated_at: Annotated[str | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="updatedAt")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class ListSessionsResponse(AcpModel):
+    """Response from listing sessions."""
+
+    sessions: Annotated[list[SessionInfo], SKIP_INVALID_ITEMS]
+    next_cursor: SessionListCursor | None | UNSET_T = Field(UNSET, alias="nextCursor")
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -946,6 +1156,10 @@ class PromptResponse(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+ErrorData = Any
+"""Schema for [`Error::data`]: the shapes ACP defines, or any other value."""
+
+
 class Error(AcpModel):
     """JSON-RPC error object."""
 
@@ -969,14 +1183,6 @@ class SessionNotFoundErrorData(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class UpdateSessionNotification(AcpModel):
-    """Notification containing a session update from the agent."""
-
-    session_id: SessionId = Field(alias="sessionId")
-    update: SessionUpdate
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
 class ContentChunk(AcpModel):
     """A streamed item of message content."""
 
@@ -993,34 +1199,6 @@ class UserMessageChunk(ContentChunk):
     )
 
 
-class AgentMessageChunk(ContentChunk):
-    """A chunk of the agent's response being streamed."""
-
-    session_update: Literal["agent_message_chunk"] = Field(
-        "agent_message_chunk", alias="sessionUpdate"
-    )
-
-
-class AgentThoughtChunk(ContentChunk):
-    """A chunk of the agent's internal reasoning being streamed."""
-
-    session_update: Literal["agent_thought_chunk"] = Field(
-        "agent_thought_chunk", alias="sessionUpdate"
-    )
-
-
-class ToolCallUpdateVariant(ToolCallUpdate):
-    """A tool call has been created or updated."""
-
-    session_update: Literal["tool_call_update"] = Field("tool_call_update", alias="sessionUpdate")
-
-
-class UnknownSessionUpdate(AcpModel):
-    """An unrecognised SessionUpdate, kept whole."""
-
-    session_update: str = Field(alias="sessionUpdate")
-
-
 class UserMessage(AcpModel):
     """A user message upsert."""
 
@@ -1030,6 +1208,14 @@ class UserMessage(AcpModel):
         Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class AgentMessageChunk(ContentChunk):
+    """A chunk of the agent's response being streamed."""
+
+    session_update: Literal["agent_message_chunk"] = Field(
+        "agent_message_chunk", alias="sessionUpdate"
+    )
 
 
 class AgentMessage(AcpModel):
@@ -1043,6 +1229,14 @@ class AgentMessage(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class AgentThoughtChunk(ContentChunk):
+    """A chunk of the agent's internal reasoning being streamed."""
+
+    session_update: Literal["agent_thought_chunk"] = Field(
+        "agent_thought_chunk", alias="sessionUpdate"
+    )
+
+
 class AgentThought(AcpModel):
     """An agent thought or reasoning message upsert."""
 
@@ -1052,12 +1246,6 @@ class AgentThought(AcpModel):
         Annotated[list[ContentBlock] | None, SKIP_INVALID_ITEMS, DEFAULT_ON_ERROR] | UNSET_T
     ) = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownBackgroundWork(AcpModel):
-    """An unrecognised BackgroundWork, kept whole."""
-
-    type: str
 
 
 class BackgroundTerminal(AcpModel):
@@ -1076,6 +1264,29 @@ class BackgroundToolCall(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownBackgroundWork(AcpModel):
+    """An unrecognised BackgroundWork, kept whole."""
+
+    type: str
+
+
+BackgroundWork = Annotated[
+    Annotated[BackgroundTerminal, Tag("BackgroundTerminal")]
+    | Annotated[BackgroundToolCall, Tag("BackgroundToolCall")]
+    | Annotated[UnknownBackgroundWork, Tag("UnknownBackgroundWork")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"terminal": "BackgroundTerminal", "tool_call": "BackgroundToolCall"},
+            other="UnknownBackgroundWork",
+            missing=None,
+        )
+    ),
+]
+"""One piece of work running independently of the session's foreground work."""
+
+
 class RunningStateUpdate(AcpModel):
     """Foreground work is in progress."""
 
@@ -1083,12 +1294,6 @@ class RunningStateUpdate(AcpModel):
     session_update: Literal["state_update"] = Field("state_update", alias="sessionUpdate")
     background: Annotated[list[BackgroundWork] | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class ErrorStopReason(AcpModel):
-    """Details of a failure that ended active work."""
-
-    error: Annotated[Error | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
 
 
 class IdleStateUpdate(AcpModel):
@@ -1120,6 +1325,28 @@ class UnknownStateUpdate(AcpModel):
     state: str
 
 
+StateUpdate = Annotated[
+    Annotated[RunningStateUpdate, Tag("RunningStateUpdate")]
+    | Annotated[IdleStateUpdate, Tag("IdleStateUpdate")]
+    | Annotated[RequiresActionStateUpdate, Tag("RequiresActionStateUpdate")]
+    | Annotated[UnknownStateUpdate, Tag("UnknownStateUpdate")],
+    Discriminator(
+        route(
+            "state",
+            "state",
+            {
+                "running": "RunningStateUpdate",
+                "idle": "IdleStateUpdate",
+                "requires_action": "RequiresActionStateUpdate",
+            },
+            other="UnknownStateUpdate",
+            missing=None,
+        )
+    ),
+]
+"""A snapshot of the session's aggregate foreground activity."""
+
+
 class ToolCallContentChunk(AcpModel):
     """A streamed item of tool-call content."""
 
@@ -1129,6 +1356,12 @@ class ToolCallContentChunk(AcpModel):
     tool_call_id: ToolCallId = Field(alias="toolCallId")
     content: ToolCallContent
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class ToolCallUpdateVariant(ToolCallUpdate):
+    """A tool call has been created or updated."""
+
+    session_update: Literal["tool_call_update"] = Field("tool_call_update", alias="sessionUpdate")
 
 
 class TerminalOutput(AcpModel):
@@ -1156,16 +1389,16 @@ class TerminalSize(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class TerminalCancelCapabilities(AcpModel):
+    """Capability to cancel a terminal with `terminal/cancel`."""
+
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class TerminalCapabilities(AcpModel):
     """Client-initiated controls a terminal currently supports."""
 
     cancel: Annotated[TerminalCancelCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class TerminalCancelCapabilities(AcpModel):
-    """Capability to cancel a terminal with `terminal/cancel`."""
-
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -1196,13 +1429,6 @@ class TerminalOutputChunk(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class UnknownPlanUpdateContent(AcpModel):
-    """An unrecognised PlanUpdateContent, kept whole."""
-
-    type: str
-    plan_id: PlanId = Field(alias="planId")
-
-
 class PlanEntry(AcpModel):
     """A single entry in the execution plan."""
 
@@ -1219,6 +1445,25 @@ class PlanItems(AcpModel):
     plan_id: PlanId = Field(alias="planId")
     entries: Annotated[list[PlanEntry], SKIP_INVALID_ITEMS]
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class UnknownPlanUpdateContent(AcpModel):
+    """An unrecognised PlanUpdateContent, kept whole."""
+
+    type: str
+    plan_id: PlanId = Field(alias="planId")
+
+
+PlanUpdateContent = Annotated[
+    Annotated[PlanItems, Tag("PlanItems")]
+    | Annotated[UnknownPlanUpdateContent, Tag("UnknownPlanUpdateContent")],
+    Discriminator(
+        route(
+            "type", "type", {"items": "PlanItems"}, other="UnknownPlanUpdateContent", missing=None
+        )
+    ),
+]
+"""Updated content for a plan."""
 
 
 class PlanUpdate(AcpModel):
@@ -1316,34 +1561,84 @@ class CompactionSummaryChunk(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownSessionUpdate(AcpModel):
+    """An unrecognised SessionUpdate, kept whole."""
+
+    session_update: str = Field(alias="sessionUpdate")
+
+
+SessionUpdate = Annotated[
+    Annotated[UserMessageChunk, Tag("UserMessageChunk")]
+    | Annotated[UserMessage, Tag("UserMessage")]
+    | Annotated[AgentMessageChunk, Tag("AgentMessageChunk")]
+    | Annotated[AgentMessage, Tag("AgentMessage")]
+    | Annotated[AgentThoughtChunk, Tag("AgentThoughtChunk")]
+    | Annotated[AgentThought, Tag("AgentThought")]
+    | Annotated[StateUpdate, Tag("StateUpdate")]
+    | Annotated[ToolCallContentChunk, Tag("ToolCallContentChunk")]
+    | Annotated[ToolCallUpdateVariant, Tag("ToolCallUpdateVariant")]
+    | Annotated[TerminalUpdate, Tag("TerminalUpdate")]
+    | Annotated[TerminalOutputChunk, Tag("TerminalOutputChunk")]
+    | Annotated[PlanUpdate, Tag("PlanUpdate")]
+    | Annotated[AvailableCommandsUpdate, Tag("AvailableCommandsUpdate")]
+    | Annotated[ConfigOptionUpdate, Tag("ConfigOptionUpdate")]
+    | Annotated[SessionInfoUpdate, Tag("SessionInfoUpdate")]
+    | Annotated[UsageUpdate, Tag("UsageUpdate")]
+    | Annotated[Notice, Tag("Notice")]
+    | Annotated[CompactionUpdate, Tag("CompactionUpdate")]
+    | Annotated[CompactionSummaryChunk, Tag("CompactionSummaryChunk")]
+    | Annotated[UnknownSessionUpdate, Tag("UnknownSessionUpdate")],
+    Discriminator(
+        route(
+            "sessionUpdate",
+            "session_update",
+            {
+                "user_message_chunk": "UserMessageChunk",
+                "user_message": "UserMessage",
+                "agent_message_chunk": "AgentMessageChunk",
+                "agent_message": "AgentMessage",
+                "agent_thought_chunk": "AgentThoughtChunk",
+                "agent_thought": "AgentThought",
+                "state_update": "StateUpdate",
+                "tool_call_content_chunk": "ToolCallContentChunk",
+                "tool_call_update": "ToolCallUpdateVariant",
+                "terminal_update": "TerminalUpdate",
+                "terminal_output_chunk": "TerminalOutputChunk",
+                "plan_update": "PlanUpdate",
+                "available_commands_update": "AvailableCommandsUpdate",
+                "config_option_update": "ConfigOptionUpdate",
+                "session_info_update": "SessionInfoUpdate",
+                "usage_update": "UsageUpdate",
+                "notice": "Notice",
+                "compaction_update": "CompactionUpdate",
+                "compaction_summary_chunk": "CompactionSummaryChunk",
+            },
+            other="UnknownSessionUpdate",
+            missing=None,
+        )
+    ),
+]
+"""Different types of updates that can be sent while a session exists."""
+
+
+class UpdateSessionNotification(AcpModel):
+    """Notification containing a session update from the agent."""
+
+    session_id: SessionId = Field(alias="sessionId")
+    update: SessionUpdate
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class ErrorStopReason(AcpModel):
+    """Details of a failure that ended active work."""
+
+    error: Annotated[Error | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+
+
 class CompleteElicitationNotification(AcpModel):
     """Notification sent by the agent when a URL-based elicitation is complete."""
 
     elicitation_id: ElicitationId = Field(alias="elicitationId")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class InitializeRequest(AcpModel):
-    """Request parameters for the initialize method."""
-
-    protocol_version: ProtocolVersion = Field(alias="protocolVersion")
-    info: Implementation
-    capabilities: Annotated[ClientCapabilities, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class ClientCapabilities(AcpModel):
-    """Capabilities supported by the client."""
-
-    auth: Annotated[ClientAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    elicitation: Annotated[ElicitationCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class ClientAuthCapabilities(AcpModel):
-    """Authentication capabilities supported by the client."""
-
-    terminal: Annotated[TerminalAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -1353,11 +1648,10 @@ class TerminalAuthCapabilities(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class ElicitationCapabilities(AcpModel):
-    """Elicitation capabilities supported by the client."""
+class ClientAuthCapabilities(AcpModel):
+    """Authentication capabilities supported by the client."""
 
-    form: Annotated[ElicitationFormCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
-    url: Annotated[ElicitationUrlCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    terminal: Annotated[TerminalAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -1373,6 +1667,31 @@ class ElicitationUrlCapabilities(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class ElicitationCapabilities(AcpModel):
+    """Elicitation capabilities supported by the client."""
+
+    form: Annotated[ElicitationFormCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    url: Annotated[ElicitationUrlCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class ClientCapabilities(AcpModel):
+    """Capabilities supported by the client."""
+
+    auth: Annotated[ClientAuthCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    elicitation: Annotated[ElicitationCapabilities | None, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class InitializeRequest(AcpModel):
+    """Request parameters for the initialize method."""
+
+    protocol_version: ProtocolVersion = Field(alias="protocolVersion")
+    info: Implementation
+    capabilities: Annotated[ClientCapabilities, DEFAULT_ON_ERROR] | UNSET_T = UNSET
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class LoginAuthRequest(AcpModel):
     """Request parameters for the `auth/login` method."""
 
@@ -1384,23 +1703,6 @@ class LogoutAuthRequest(AcpModel):
     """Request parameters for the `auth/logout` method."""
 
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class NewSessionRequest(AcpModel):
-    """Request parameters for creating a new session."""
-
-    cwd: AbsolutePath
-    additional_directories: list[AbsolutePath] | UNSET_T = Field(
-        UNSET, alias="additionalDirectories"
-    )
-    mcp_servers: list[McpServer] | UNSET_T = Field(UNSET, alias="mcpServers")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownMcpServer(AcpModel):
-    """An unrecognised McpServer, kept whole."""
-
-    type: str
 
 
 class HttpHeader(AcpModel):
@@ -1432,6 +1734,40 @@ class McpServerStdio(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownMcpServer(AcpModel):
+    """An unrecognised McpServer, kept whole."""
+
+    type: str
+
+
+McpServer = Annotated[
+    Annotated[McpServerHttp, Tag("McpServerHttp")]
+    | Annotated[McpServerStdio, Tag("McpServerStdio")]
+    | Annotated[UnknownMcpServer, Tag("UnknownMcpServer")],
+    Discriminator(
+        route(
+            "type",
+            "type",
+            {"http": "McpServerHttp", "stdio": "McpServerStdio"},
+            other="UnknownMcpServer",
+            missing=None,
+        )
+    ),
+]
+"""Configuration for connecting to an MCP (Model Context Protocol) server."""
+
+
+class NewSessionRequest(AcpModel):
+    """Request parameters for creating a new session."""
+
+    cwd: AbsolutePath
+    additional_directories: list[AbsolutePath] | UNSET_T = Field(
+        UNSET, alias="additionalDirectories"
+    )
+    mcp_servers: list[McpServer] | UNSET_T = Field(UNSET, alias="mcpServers")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class ListSessionsRequest(AcpModel):
     """Request parameters for listing existing sessions."""
 
@@ -1447,6 +1783,29 @@ class DeleteSessionRequest(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class ReplayFromStart(AcpModel):
+    """Inclusive replay cursor requesting replay from the start of retained conversation history."""
+
+    type: Literal["start"] = Field("start")
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+class UnknownReplayFrom(AcpModel):
+    """An unrecognised ReplayFrom, kept whole."""
+
+    type: str
+
+
+ReplayFrom = Annotated[
+    Annotated[ReplayFromStart, Tag("ReplayFromStart")]
+    | Annotated[UnknownReplayFrom, Tag("UnknownReplayFrom")],
+    Discriminator(
+        route("type", "type", {"start": "ReplayFromStart"}, other="UnknownReplayFrom", missing=None)
+    ),
+]
+"""Inclusive cursor describing where replayed session history should begin."""
+
+
 class ResumeSessionRequest(AcpModel):
     """Request parameters for resuming an existing session."""
 
@@ -1457,19 +1816,6 @@ class ResumeSessionRequest(AcpModel):
     )
     mcp_servers: list[McpServer] | UNSET_T = Field(UNSET, alias="mcpServers")
     replay_from: ReplayFrom | None | UNSET_T = Field(UNSET, alias="replayFrom")
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownReplayFrom(AcpModel):
-    """An unrecognised ReplayFrom, kept whole."""
-
-    type: str
-
-
-class ReplayFromStart(AcpModel):
-    """Inclusive replay cursor requesting replay from the start of retained conversation history."""
-
-    type: Literal["start"] = Field("start")
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
@@ -1531,19 +1877,6 @@ class PromptRequest(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-class RequestPermissionResponse(AcpModel):
-    """Response to a permission request."""
-
-    outcome: RequestPermissionOutcome
-    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
-
-
-class UnknownRequestPermissionOutcome(AcpModel):
-    """An unrecognised RequestPermissionOutcome, kept whole."""
-
-    outcome: str
-
-
 class CancelledPermissionOutcome(AcpModel):
     """The request was not approved and no option was selected."""
 
@@ -1559,8 +1892,42 @@ class SelectedPermissionOutcome(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
+class UnknownRequestPermissionOutcome(AcpModel):
+    """An unrecognised RequestPermissionOutcome, kept whole."""
+
+    outcome: str
+
+
+RequestPermissionOutcome = Annotated[
+    Annotated[CancelledPermissionOutcome, Tag("CancelledPermissionOutcome")]
+    | Annotated[SelectedPermissionOutcome, Tag("SelectedPermissionOutcome")]
+    | Annotated[UnknownRequestPermissionOutcome, Tag("UnknownRequestPermissionOutcome")],
+    Discriminator(
+        route(
+            "outcome",
+            "outcome",
+            {"cancelled": "CancelledPermissionOutcome", "selected": "SelectedPermissionOutcome"},
+            other="UnknownRequestPermissionOutcome",
+            missing=None,
+        )
+    ),
+]
+"""The outcome of a permission request."""
+
+
+class RequestPermissionResponse(AcpModel):
+    """Response to a permission request."""
+
+    outcome: RequestPermissionOutcome
+    meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
 class _CreateElicitationResponseCommon(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
+
+
+ElicitationContentValue = Any
+"""Allowed wire representations for `ElicitationContentValue`."""
 
 
 class ElicitationAcceptAction(AcpModel):
@@ -1607,95 +1974,6 @@ class CancelRequestNotification(AcpModel):
     meta: Annotated[dict[str, Any] | None, DEFAULT_ON_ERROR] | UNSET_T = Field(UNSET, alias="_meta")
 
 
-RequestId = StrictInt | str
-"""A JSON-RPC request ID: a string or an integer. Unlike base JSON-RPC, it MUST NOT be `null`."""
-
-RequestPermissionSubject = Annotated[
-    Annotated[ToolCallPermissionSubject, Tag("ToolCallPermissionSubject")]
-    | Annotated[CommandPermissionSubject, Tag("CommandPermissionSubject")]
-    | Annotated[UnknownRequestPermissionSubject, Tag("UnknownRequestPermissionSubject")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"tool_call": "ToolCallPermissionSubject", "command": "CommandPermissionSubject"},
-            other="UnknownRequestPermissionSubject",
-            missing=None,
-        )
-    ),
-]
-"""The operation requiring permission."""
-
-ToolCallContent = Annotated[
-    Annotated[Content, Tag("Content")]
-    | Annotated[Diff, Tag("Diff")]
-    | Annotated[Terminal, Tag("Terminal")]
-    | Annotated[UnknownToolCallContent, Tag("UnknownToolCallContent")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"content": "Content", "diff": "Diff", "terminal": "Terminal"},
-            other="UnknownToolCallContent",
-            missing=None,
-        )
-    ),
-]
-"""Content produced by a tool call."""
-
-ContentBlock = Annotated[
-    Annotated[TextContent, Tag("TextContent")]
-    | Annotated[ImageContent, Tag("ImageContent")]
-    | Annotated[AudioContent, Tag("AudioContent")]
-    | Annotated[ResourceLink, Tag("ResourceLink")]
-    | Annotated[EmbeddedResource, Tag("EmbeddedResource")]
-    | Annotated[UnknownContentBlock, Tag("UnknownContentBlock")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {
-                "text": "TextContent",
-                "image": "ImageContent",
-                "audio": "AudioContent",
-                "resource_link": "ResourceLink",
-                "resource": "EmbeddedResource",
-            },
-            other="UnknownContentBlock",
-            missing=None,
-        )
-    ),
-]
-"""Content blocks represent displayable information in the Agent Client Protocol."""
-
-EmbeddedResourceResource = TextResourceContents | BlobResourceContents
-"""Resource content that can be embedded in a message."""
-
-DiffChange = Annotated[
-    Annotated[AddDiffChange, Tag("AddDiffChange")]
-    | Annotated[DeleteDiffChange, Tag("DeleteDiffChange")]
-    | Annotated[ModifyDiffChange, Tag("ModifyDiffChange")]
-    | Annotated[MoveDiffChange, Tag("MoveDiffChange")]
-    | Annotated[CopyDiffChange, Tag("CopyDiffChange")]
-    | Annotated[UnknownDiffChange, Tag("UnknownDiffChange")],
-    Discriminator(
-        route(
-            "operation",
-            "operation",
-            {
-                "add": "AddDiffChange",
-                "delete": "DeleteDiffChange",
-                "modify": "ModifyDiffChange",
-                "move": "MoveDiffChange",
-                "copy": "CopyDiffChange",
-            },
-            other="UnknownDiffChange",
-            missing=None,
-        )
-    ),
-]
-"""One file-level change described by a `Diff`."""
-
 CreateElicitationRequest = Annotated[
     Annotated[FormCreateElicitationRequest, Tag("FormCreateElicitationRequest")]
     | Annotated[UrlCreateElicitationRequest, Tag("UrlCreateElicitationRequest")]
@@ -1711,241 +1989,6 @@ CreateElicitationRequest = Annotated[
     ),
 ]
 """Request from the agent to elicit structured user input."""
-
-ElicitationPropertySchema = Annotated[
-    Annotated[StringPropertySchema, Tag("StringPropertySchema")]
-    | Annotated[NumberPropertySchema, Tag("NumberPropertySchema")]
-    | Annotated[IntegerPropertySchema, Tag("IntegerPropertySchema")]
-    | Annotated[BooleanPropertySchema, Tag("BooleanPropertySchema")]
-    | Annotated[MultiSelectPropertySchema, Tag("MultiSelectPropertySchema")]
-    | Annotated[UnknownElicitationPropertySchema, Tag("UnknownElicitationPropertySchema")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {
-                "string": "StringPropertySchema",
-                "number": "NumberPropertySchema",
-                "integer": "IntegerPropertySchema",
-                "boolean": "BooleanPropertySchema",
-                "array": "MultiSelectPropertySchema",
-            },
-            other="UnknownElicitationPropertySchema",
-            missing=None,
-        )
-    ),
-]
-"""Property schema for elicitation form fields."""
-
-MultiSelectItems = Annotated[
-    Annotated[StringMultiSelectItems, Tag("StringMultiSelectItems")]
-    | Annotated[UnknownMultiSelectItems, Tag("UnknownMultiSelectItems")]
-    | Annotated[TitledMultiSelectItems, Tag("TitledMultiSelectItems")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"string": "StringMultiSelectItems"},
-            other="UnknownMultiSelectItems",
-            missing="TitledMultiSelectItems",
-        )
-    ),
-]
-"""Items for a multi-select (array) property schema."""
-
-AuthMethod = Annotated[
-    Annotated[AuthMethodTerminal, Tag("AuthMethodTerminal")]
-    | Annotated[AuthMethodAgent, Tag("AuthMethodAgent")]
-    | Annotated[UnknownAuthMethod, Tag("UnknownAuthMethod")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"terminal": "AuthMethodTerminal", "agent": "AuthMethodAgent"},
-            other="UnknownAuthMethod",
-            missing=None,
-        )
-    ),
-]
-"""Describes an available authentication method."""
-
-SessionConfigOption = Annotated[
-    Annotated[SelectSessionConfigOption, Tag("SelectSessionConfigOption")]
-    | Annotated[BooleanSessionConfigOption, Tag("BooleanSessionConfigOption")]
-    | Annotated[UnknownSessionConfigOption, Tag("UnknownSessionConfigOption")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"select": "SelectSessionConfigOption", "boolean": "BooleanSessionConfigOption"},
-            other="UnknownSessionConfigOption",
-            missing=None,
-        )
-    ),
-]
-"""A session configuration option selector and its current state."""
-
-SessionConfigSelectOptions = list[SessionConfigSelectOption] | list[SessionConfigSelectGroup]
-"""Possible values for a session configuration option."""
-
-AvailableCommand = Annotated[
-    Annotated[CommandAvailableCommand, Tag("CommandAvailableCommand")]
-    | Annotated[UnknownAvailableCommand, Tag("UnknownAvailableCommand")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"command": "CommandAvailableCommand"},
-            other="UnknownAvailableCommand",
-            missing="CommandAvailableCommand",
-        )
-    ),
-]
-"""A command the agent advertises to the client."""
-
-AvailableCommandInput = Annotated[
-    Annotated[TextCommandInput, Tag("TextCommandInput")]
-    | Annotated[UnknownAvailableCommandInput, Tag("UnknownAvailableCommandInput")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"text": "TextCommandInput"},
-            other="UnknownAvailableCommandInput",
-            missing=None,
-        )
-    ),
-]
-"""The input specification for a command."""
-
-ErrorData = Any
-"""Schema for [`Error::data`]: the shapes ACP defines, or any other value."""
-
-StateUpdate = Annotated[
-    Annotated[RunningStateUpdate, Tag("RunningStateUpdate")]
-    | Annotated[IdleStateUpdate, Tag("IdleStateUpdate")]
-    | Annotated[RequiresActionStateUpdate, Tag("RequiresActionStateUpdate")]
-    | Annotated[UnknownStateUpdate, Tag("UnknownStateUpdate")],
-    Discriminator(
-        route(
-            "state",
-            "state",
-            {
-                "running": "RunningStateUpdate",
-                "idle": "IdleStateUpdate",
-                "requires_action": "RequiresActionStateUpdate",
-            },
-            other="UnknownStateUpdate",
-            missing=None,
-        )
-    ),
-]
-"""A snapshot of the session's aggregate foreground activity."""
-
-SessionUpdate = Annotated[
-    Annotated[UserMessageChunk, Tag("UserMessageChunk")]
-    | Annotated[UserMessage, Tag("UserMessage")]
-    | Annotated[AgentMessageChunk, Tag("AgentMessageChunk")]
-    | Annotated[AgentMessage, Tag("AgentMessage")]
-    | Annotated[AgentThoughtChunk, Tag("AgentThoughtChunk")]
-    | Annotated[AgentThought, Tag("AgentThought")]
-    | Annotated[StateUpdate, Tag("StateUpdate")]
-    | Annotated[ToolCallContentChunk, Tag("ToolCallContentChunk")]
-    | Annotated[ToolCallUpdateVariant, Tag("ToolCallUpdateVariant")]
-    | Annotated[TerminalUpdate, Tag("TerminalUpdate")]
-    | Annotated[TerminalOutputChunk, Tag("TerminalOutputChunk")]
-    | Annotated[PlanUpdate, Tag("PlanUpdate")]
-    | Annotated[AvailableCommandsUpdate, Tag("AvailableCommandsUpdate")]
-    | Annotated[ConfigOptionUpdate, Tag("ConfigOptionUpdate")]
-    | Annotated[SessionInfoUpdate, Tag("SessionInfoUpdate")]
-    | Annotated[UsageUpdate, Tag("UsageUpdate")]
-    | Annotated[Notice, Tag("Notice")]
-    | Annotated[CompactionUpdate, Tag("CompactionUpdate")]
-    | Annotated[CompactionSummaryChunk, Tag("CompactionSummaryChunk")]
-    | Annotated[UnknownSessionUpdate, Tag("UnknownSessionUpdate")],
-    Discriminator(
-        route(
-            "sessionUpdate",
-            "session_update",
-            {
-                "user_message_chunk": "UserMessageChunk",
-                "user_message": "UserMessage",
-                "agent_message_chunk": "AgentMessageChunk",
-                "agent_message": "AgentMessage",
-                "agent_thought_chunk": "AgentThoughtChunk",
-                "agent_thought": "AgentThought",
-                "state_update": "StateUpdate",
-                "tool_call_content_chunk": "ToolCallContentChunk",
-                "tool_call_update": "ToolCallUpdateVariant",
-                "terminal_update": "TerminalUpdate",
-                "terminal_output_chunk": "TerminalOutputChunk",
-                "plan_update": "PlanUpdate",
-                "available_commands_update": "AvailableCommandsUpdate",
-                "config_option_update": "ConfigOptionUpdate",
-                "session_info_update": "SessionInfoUpdate",
-                "usage_update": "UsageUpdate",
-                "notice": "Notice",
-                "compaction_update": "CompactionUpdate",
-                "compaction_summary_chunk": "CompactionSummaryChunk",
-            },
-            other="UnknownSessionUpdate",
-            missing=None,
-        )
-    ),
-]
-"""Different types of updates that can be sent while a session exists."""
-
-BackgroundWork = Annotated[
-    Annotated[BackgroundTerminal, Tag("BackgroundTerminal")]
-    | Annotated[BackgroundToolCall, Tag("BackgroundToolCall")]
-    | Annotated[UnknownBackgroundWork, Tag("UnknownBackgroundWork")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"terminal": "BackgroundTerminal", "tool_call": "BackgroundToolCall"},
-            other="UnknownBackgroundWork",
-            missing=None,
-        )
-    ),
-]
-"""One piece of work running independently of the session's foreground work."""
-
-PlanUpdateContent = Annotated[
-    Annotated[PlanItems, Tag("PlanItems")]
-    | Annotated[UnknownPlanUpdateContent, Tag("UnknownPlanUpdateContent")],
-    Discriminator(
-        route(
-            "type", "type", {"items": "PlanItems"}, other="UnknownPlanUpdateContent", missing=None
-        )
-    ),
-]
-"""Updated content for a plan."""
-
-McpServer = Annotated[
-    Annotated[McpServerHttp, Tag("McpServerHttp")]
-    | Annotated[McpServerStdio, Tag("McpServerStdio")]
-    | Annotated[UnknownMcpServer, Tag("UnknownMcpServer")],
-    Discriminator(
-        route(
-            "type",
-            "type",
-            {"http": "McpServerHttp", "stdio": "McpServerStdio"},
-            other="UnknownMcpServer",
-            missing=None,
-        )
-    ),
-]
-"""Configuration for connecting to an MCP (Model Context Protocol) server."""
-
-ReplayFrom = Annotated[
-    Annotated[ReplayFromStart, Tag("ReplayFromStart")]
-    | Annotated[UnknownReplayFrom, Tag("UnknownReplayFrom")],
-    Discriminator(
-        route("type", "type", {"start": "ReplayFromStart"}, other="UnknownReplayFrom", missing=None)
-    ),
-]
-"""Inclusive cursor describing where replayed session history should begin."""
 
 SetSessionConfigOptionRequest = Annotated[
     Annotated[IdSetSessionConfigOptionRequest, Tag("IdSetSessionConfigOptionRequest")]
@@ -1965,22 +2008,6 @@ SetSessionConfigOptionRequest = Annotated[
     ),
 ]
 """Request parameters for setting a session configuration option."""
-
-RequestPermissionOutcome = Annotated[
-    Annotated[CancelledPermissionOutcome, Tag("CancelledPermissionOutcome")]
-    | Annotated[SelectedPermissionOutcome, Tag("SelectedPermissionOutcome")]
-    | Annotated[UnknownRequestPermissionOutcome, Tag("UnknownRequestPermissionOutcome")],
-    Discriminator(
-        route(
-            "outcome",
-            "outcome",
-            {"cancelled": "CancelledPermissionOutcome", "selected": "SelectedPermissionOutcome"},
-            other="UnknownRequestPermissionOutcome",
-            missing=None,
-        )
-    ),
-]
-"""The outcome of a permission request."""
 
 CreateElicitationResponse = Annotated[
     Annotated[AcceptCreateElicitationResponse, Tag("AcceptCreateElicitationResponse")]
@@ -2002,9 +2029,6 @@ CreateElicitationResponse = Annotated[
     ),
 ]
 """Response from the client to an elicitation request."""
-
-ElicitationContentValue = Any
-"""Allowed wire representations for `ElicitationContentValue`."""
 
 
 # method: (params type, result type, or None for a notification)
