@@ -131,6 +131,32 @@ async def replay(home: str, base_url: str, updates: int) -> float:
     return statistics.median(timings)
 
 
+async def cancel_latency(home: str, model: ScriptedModel, rounds: int = 10) -> list[float]:
+    """session/cancel sent while the model hangs -> idle/cancelled received."""
+    from fakemodel import Hang
+
+    proc, client = await start(CROW, home)
+    await client.initialize()
+    sid = (await client.request("session/new", {"cwd": "/tmp"}))["sessionId"]
+    timings = []
+    for _ in range(rounds):
+        model.script(Hang())
+        seen = len(model.requests)
+        done = asyncio.get_running_loop().create_future()
+        client.idle[sid] = done
+        await client.request(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "hang"}]}
+        )
+        while len(model.requests) == seen:
+            await asyncio.sleep(0.005)
+        started = time.perf_counter()
+        await client.notify("session/cancel", {"sessionId": sid})
+        await done
+        timings.append(time.perf_counter() - started)
+    await stop(proc, client)
+    return timings
+
+
 async def startup(home: str) -> float:
     timings = []
     for _ in range(10):
@@ -197,6 +223,13 @@ async def main() -> None:
             print(
                 f"resume with replay of {args.replay_updates} updates: {seconds * 1000:.1f} ms "
                 "(median of 5)"
+            )
+        with tempfile.TemporaryDirectory() as home:
+            write_config(Path(home), model.base_url)
+            cancels = await cancel_latency(home, model)
+            print(
+                f"session/cancel -> idle cancelled, model hanging: p50 "
+                f"{statistics.median(cancels) * 1000:.1f} ms, max {max(cancels) * 1000:.1f} ms"
             )
         with tempfile.TemporaryDirectory() as home:
             write_config(Path(home), model.base_url)

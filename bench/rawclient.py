@@ -63,6 +63,11 @@ class RawClient:
             raise RuntimeError(reply["error"])
         return reply["result"]
 
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        msg = {"jsonrpc": "2.0", "method": method, "params": params}
+        self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
+
     async def run_prompt(self, sid: str, text: str = "benchmark " * 20) -> float:
         """Seconds from sending the prompt to its idle."""
         started = time.perf_counter()

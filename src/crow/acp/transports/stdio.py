@@ -15,8 +15,10 @@ import asyncio
 import contextlib
 import os
 import shlex
+import stat
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import MessageTooLarge
 
@@ -37,8 +39,8 @@ class StdioTransport:
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: asyncio.StreamReader | Any,
+        writer: asyncio.StreamWriter | Any,
         *,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         process: asyncio.subprocess.Process | None = None,
@@ -125,17 +127,64 @@ async def _reap(process: asyncio.subprocess.Process) -> None:
 
 
 async def open_stdio(*, max_message_bytes: int = MAX_MESSAGE_BYTES) -> StdioTransport:
-    """This process's stdin/stdout as a transport (the agent side)."""
+    """This process's stdin/stdout as a transport (the agent side).
+
+    Pipes and sockets go through the event loop; a regular file or /dev/null
+    (which epoll refuses) is read and written from a worker thread instead.
+    """
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=_READ_CHUNK * 2)
-    await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(sys.stdin.fileno(), "rb", 0)
-    )
-    w_transport, w_protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, os.fdopen(sys.stdout.fileno(), "wb", 0)
-    )
-    writer = asyncio.StreamWriter(w_transport, w_protocol, None, loop)
+    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    reader: Any = _ThreadReader(stdin)
+    writer: Any = _ThreadWriter(stdout)
+    if _pollable(stdin):
+        reader = asyncio.StreamReader(limit=_READ_CHUNK * 2)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(stdin, "rb", 0, closefd=False)
+        )
+    if _pollable(stdout):
+        w_transport, w_protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(stdout, "wb", 0, closefd=False)
+        )
+        writer = asyncio.StreamWriter(w_transport, w_protocol, None, loop)
     return StdioTransport(reader, writer, max_message_bytes=max_message_bytes)
+
+
+def _pollable(fd: int) -> bool:
+    """Pipes, sockets and terminals work with epoll; files and /dev/null do not."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+class _ThreadReader:
+    """``StreamReader.read`` for a descriptor the event loop cannot watch."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    async def read(self, n: int) -> bytes:
+        return await asyncio.to_thread(os.read, self.fd, n)
+
+
+class _ThreadWriter:
+    """The ``StreamWriter`` calls the transport makes, for a plain file descriptor."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
+
+    async def drain(self) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
 
 
 async def spawn(

@@ -1,0 +1,39 @@
+"""The ``crow`` command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from crow.config import Paths, load_config
+
+
+def crow(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "crow", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_init_writes_a_config_that_loads_and_will_not_overwrite_it(crow_home):
+    first = crow("init")
+    assert first.returncode == 0 and str(crow_home / "config.toml") in first.stdout
+    assert load_config(Paths(home=crow_home)).chain == ("local",)
+    again = crow("init")
+    assert again.returncode == 1 and "--force" in again.stderr
+    assert crow("init", "--force").returncode == 0
+
+
+def test_help_lists_the_commands():
+    result = crow("--help")
+    assert result.returncode == 0 and "serve" in result.stdout and "init" in result.stdout
+
+
+def test_serve_logs_to_the_home_and_keeps_stdout_clean(crow_home):
+    result = crow("serve")  # stdin is empty: it starts, sees EOF and exits
+    assert result.returncode == 0 and result.stdout == ""
+    assert (crow_home / "logs" / "crow.log").exists()
+    assert (crow_home / "crow.db").exists()
