@@ -12,6 +12,7 @@ A config error names the file, the key and what is expected:
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -22,10 +23,13 @@ __all__ = [
     "CAPABILITIES",
     "Config",
     "ConfigError",
+    "McpServerSpec",
     "ModelSpec",
     "Paths",
     "ProviderSpec",
+    "ToolSettings",
     "load_config",
+    "save_permission",
     "write_default_config",
 ]
 
@@ -92,6 +96,46 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class McpServerSpec:
+    """An MCP server from config.toml or from a client's session/new."""
+
+    name: str
+    command: str | None = None  # stdio: the program, its args and env
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    url: str | None = None  # streamable HTTP
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout_s: float = 120.0  # one tool call
+
+
+PERMISSION_DECISIONS = ("allow", "ask", "deny")
+TOOL_KINDS = ("read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other")
+DEFAULT_PERMISSIONS = {
+    "read": "allow",
+    "search": "allow",
+    "think": "allow",
+    "fetch": "allow",
+    "edit": "ask",
+    "delete": "ask",
+    "move": "ask",
+    "execute": "ask",
+    "other": "ask",
+}
+BUILTIN_SERVERS = ("fs", "terminal", "web")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolSettings:
+    builtin: tuple[str, ...] = BUILTIN_SERVERS  # built-in MCP servers of every session
+    servers: tuple[McpServerSpec, ...] = ()  # from [mcp.servers.*]
+    timeout_s: float = 120.0  # one built-in tool call
+    search_url: str | None = None  # a SearXNG-compatible JSON endpoint
+    permissions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PERMISSIONS))
+    remembered: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny, saved
+    yolo: bool = False  # run everything without asking
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     paths: Paths
     providers: dict[str, ProviderSpec]
@@ -100,6 +144,7 @@ class Config:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     system_prompt: str | None = None
     max_steps: int = 25
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
 
 def load_config(
@@ -130,6 +175,7 @@ def load_config(
         retry=_retry(source, data.get("retry", {})),
         system_prompt=_opt_str(source, "model.system_prompt", section.get("system_prompt")),
         max_steps=_positive_int(source, "model.max_steps", section.get("max_steps", 25)),
+        tools=_tool_settings(source, data, paths),
     )
 
 
@@ -278,6 +324,98 @@ def _retry(source: str, raw: Any) -> RetryPolicy:
     )
 
 
+def _tool_settings(source: str, data: dict[str, Any], paths: Paths) -> ToolSettings:
+    tools = _table(source, "tools", data.get("tools", {}))
+    builtin = tools.get("builtin", list(BUILTIN_SERVERS))
+    if not isinstance(builtin, list) or not set(builtin) <= set(BUILTIN_SERVERS):
+        raise ConfigError(source, "tools.builtin", f"a list from {list(BUILTIN_SERVERS)}", builtin)
+    web = _table(source, "web", data.get("web", {}))
+    search_url = web.get("search_url", os.environ.get("CROW_SEARCH_URL") or None)
+    perms = _table(source, "permissions", data.get("permissions", {}))
+    permissions = dict(DEFAULT_PERMISSIONS)
+    for kind, decision in perms.items():
+        if kind == "yolo":
+            continue
+        if kind not in TOOL_KINDS:
+            raise ConfigError(source, f"permissions.{kind}", f"a tool kind from {list(TOOL_KINDS)}")
+        if decision not in PERMISSION_DECISIONS:
+            raise ConfigError(
+                source, f"permissions.{kind}", " or ".join(PERMISSION_DECISIONS), decision
+            )
+        permissions[kind] = decision
+    yolo = perms.get("yolo", False)
+    if type(yolo) is not bool:
+        raise ConfigError(source, "permissions.yolo", "true or false", yolo)
+    mcp = _table(source, "mcp", data.get("mcp", {}))
+    servers = tuple(
+        _mcp_server(source, name, table)
+        for name, table in _table(source, "mcp.servers", mcp.get("servers", {})).items()
+    )
+    return ToolSettings(
+        builtin=tuple(builtin),
+        servers=servers,
+        timeout_s=_positive_float(source, "tools.timeout_s", tools.get("timeout_s", 120.0)),
+        search_url=_opt_str(source, "web.search_url", search_url),
+        permissions=permissions,
+        remembered=_remembered(paths),
+        yolo=yolo,
+    )
+
+
+def _mcp_server(source: str, name: str, raw: Any) -> McpServerSpec:
+    key = f"mcp.servers.{name}"
+    table = _table(source, key, raw)
+    command, url = table.get("command"), table.get("url")
+    if (command is None) == (url is None):
+        raise ConfigError(source, key, "exactly one of command (stdio) or url (http)")
+    args = table.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(source, f"{key}.args", "a list of strings", args)
+    for field_name in ("env", "headers"):
+        value = table.get(field_name, {})
+        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(source, f"{key}.{field_name}", "a table of strings", value)
+    return McpServerSpec(
+        name=name,
+        command=_opt_str(source, f"{key}.command", command),
+        args=tuple(args),
+        env=dict(table.get("env", {})),
+        url=_opt_str(source, f"{key}.url", url),
+        headers=dict(table.get("headers", {})),
+        timeout_s=_positive_float(source, f"{key}.timeout_s", table.get("timeout_s", 120.0)),
+    )
+
+
+def _remembered(paths: Paths) -> dict[str, str]:
+    """Permission answers saved with "always": Crow's own file, beside config.toml."""
+    file = paths.home / "permissions.toml"
+    if not file.exists():
+        return {}
+    source = str(file)
+    try:
+        data = tomllib.loads(file.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "(file)", "valid TOML", str(exc)) from None
+    tools = _table(source, "tools", data.get("tools", {}))
+    for tool, decision in tools.items():
+        if decision not in ("allow", "deny"):
+            raise ConfigError(source, f"tools.{tool}", "allow or deny", decision)
+    return dict(tools)
+
+
+def save_permission(paths: Paths, tool: str, decision: str) -> Path:
+    """Remember an "always" answer in permissions.toml (rewritten whole)."""
+    remembered = {**_remembered(paths), tool: decision}
+    lines = ['# Permission answers saved by Crow ("always"). Edit or delete freely.', "[tools]"]
+    lines += [
+        f"{json.dumps(name)} = {json.dumps(value)}" for name, value in sorted(remembered.items())
+    ]
+    paths.home.mkdir(parents=True, exist_ok=True)
+    file = paths.home / "permissions.toml"
+    file.write_text("\n".join(lines) + "\n")
+    return file
+
+
 DEFAULT_CONFIG = """\
 # Crow configuration.  Every key is optional: without this file Crow uses one
 # model named by CROW_MODEL on OPENAI_BASE_URL (default: ollama on localhost).
@@ -307,6 +445,31 @@ max_output_tokens = 4096
 # provider = "vllm"
 # id = "Qwen/Qwen2.5-7B-Instruct"
 # capabilities = ["tools"]
+
+[tools]
+builtin = ["fs", "terminal", "web"]   # built-in MCP servers started in every session
+timeout_s = 120                       # one tool call
+
+[web]
+# search_url = "http://localhost:8888/search"   # a SearXNG-compatible JSON endpoint
+
+[permissions]
+# What runs without asking, per tool kind: "allow", "ask" or "deny".
+read = "allow"
+search = "allow"
+fetch = "allow"
+edit = "ask"
+delete = "ask"
+execute = "ask"
+other = "ask"
+yolo = false          # true: run every tool without asking
+
+# More MCP servers for every session (stdio: command/args/env; http: url/headers).
+# [mcp.servers.github]
+# command = "/usr/local/bin/github-mcp-server"
+# args = ["stdio"]
+# env = { GITHUB_TOKEN = "..." }
+# timeout_s = 60
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)

@@ -20,12 +20,15 @@ def write_config(
     retry_attempts: int = 2,
     timeout_s: float = 5.0,
     extra: str = "",
+    max_steps: int | None = None,
 ) -> None:
     """A config.toml with fast retries, pointing every model at the scripted server."""
     models = models or {"main": {}}
     lines = ["[model]", f'default = "{next(iter(models))}"']
     if fallback:
         lines.append("fallback = [" + ", ".join(f'"{m}"' for m in fallback) + "]")
+    if max_steps is not None:
+        lines.append(f"max_steps = {max_steps}")
     lines += ["", "[providers.scripted]", f'base_url = "{base_url}"', ""]
     for name, spec in models.items():
         lines.append(f"[models.{name}]")
@@ -57,7 +60,7 @@ class CrowProcess(RawAgent):
 
     def __init__(self, *args: str) -> None:
         super().__init__([*CROW_SERVE, *args])
-        self.initialize()
+        self.initialized = self.initialize()
 
     def prompt(self, sid: str, *blocks: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         content = [{"type": "text", "text": b} if isinstance(b, str) else b for b in blocks]

@@ -22,6 +22,7 @@ from . import commands
 from .content import prompt_capabilities, to_user_content
 from .recovery import close_interrupted_turns, owner_alive
 from .session import LiveSession, new_id, now
+from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 
 __all__ = ["CrowAgent"]
@@ -47,6 +48,7 @@ class CrowAgent:
         return schema.AgentCapabilities(
             session=schema.SessionCapabilities(
                 prompt=self.prompt_caps,
+                mcp=mcp_capabilities(),
                 delete=schema.SessionDeleteCapabilities(),
                 additional_directories=schema.SessionAdditionalDirectoriesCapabilities(),
             )
@@ -78,6 +80,7 @@ class CrowAgent:
             task.cancel("shutdown")
         if turns:
             await asyncio.wait(turns, timeout=SHUTDOWN_TURN_WAIT_S)
+        await asyncio.gather(*(s.close_tools() for s in self.live.values()))
         await self.router.aclose()
 
     # ---- sessions -----------------------------------------------------------------
@@ -86,7 +89,7 @@ class CrowAgent:
     ) -> schema.NewSessionResponse:
         cwd = _absolute(params.cwd, "cwd")
         dirs = _directories(params.additional_directories)
-        _refuse_mcp_servers(params.mcp_servers)
+        servers = client_servers(params.mcp_servers, self.config)
         record = self.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
@@ -96,6 +99,7 @@ class CrowAgent:
         )
         session = self._activate(record)
         session.watchers.add(side)
+        start_tools(session, self.config, servers, dirs)
         side.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
         return schema.NewSessionResponse(
             session_id=record.id,
@@ -129,7 +133,7 @@ class CrowAgent:
                 data={"cwd": params.cwd, "sessionCwd": record.cwd},
             )
         replay = _replay_cursor(params.replay_from)
-        _refuse_mcp_servers(params.mcp_servers)
+        servers = client_servers(params.mcp_servers, self.config)
         dirs = _directories(params.additional_directories)
         session = self.live.get(record.id)
         if session is None:
@@ -141,6 +145,9 @@ class CrowAgent:
                 )
             session = self._activate(self.store.get_session(record.id) or record)
         self.store.update_session(record.id, additional_directories=dirs)
+        if not session.busy:  # the complete new set of servers and roots (§5.3)
+            await session.close_tools()
+            start_tools(session, self.config, servers, dirs)
         if replay == "start":
             for _, body in self.store.updates(record.id):
                 side.peer.send_frame(_frame(record.id, body))
@@ -160,12 +167,14 @@ class CrowAgent:
         session.watchers.discard(side)
         if not session.watchers:
             del self.live[session.id]
+            await session.close_tools()
 
     async def delete_session(self, side: AgentSide, params: schema.DeleteSessionRequest) -> None:
         session = self.live.pop(params.session_id, None)
         if session is not None:
             await self._stop_turn(session)
             session.watchers.clear()
+            await session.close_tools()
         self.store.delete_session(params.session_id)
 
     async def set_config_option(
@@ -284,16 +293,6 @@ def _directories(value: Any) -> list[str]:
     if value in (schema.UNSET, None):
         return []
     return [_absolute(p, "additionalDirectories") for p in value]
-
-
-def _refuse_mcp_servers(servers: Any) -> None:
-    if servers in (schema.UNSET, None) or not servers:
-        return
-    kinds = sorted({getattr(s, "type", "?") for s in servers})
-    raise InvalidParams(
-        f"MCP servers of type {', '.join(kinds)} are not accepted: this agent advertises none",
-        data={"type": kinds[0]},
-    )
 
 
 def _replay_cursor(replay: Any) -> str | None:

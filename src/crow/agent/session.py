@@ -18,6 +18,8 @@ import orjson
 
 from crow.acp import AgentSide
 from crow.store.db import SessionRecord, Store
+from crow.tools.hub import ToolHub
+from crow.tools.permissions import Permissions
 
 __all__ = ["LiveSession", "new_id", "now", "update_frame"]
 
@@ -51,6 +53,34 @@ class LiveSession:
     watchers: set[AgentSide] = field(default_factory=set)
     turn: asyncio.Task[None] | None = None
     title: str | None = None
+    permissions: Permissions | None = None
+    tools: ToolHub | None = None
+    tools_started: asyncio.Task[None] | None = None  # the first prompt waits for it
+
+    async def ready_tools(self) -> ToolHub | None:
+        """The session's tool hub once its servers have started (or failed)."""
+        if self.tools_started is not None:
+            await asyncio.shield(self.tools_started)
+        return self.tools
+
+    async def close_tools(self) -> None:
+        hub, started = self.tools, self.tools_started
+        self.tools, self.tools_started = None, None
+        if started is not None and not started.done():
+            started.cancel()
+        if hub is not None:
+            await hub.aclose()
+
+    async def note(self, text: str, severity: str) -> None:
+        """A message for the user from Crow itself (not the model's words)."""
+        await self.emit(
+            {
+                "sessionUpdate": "agent_message",
+                "messageId": new_id("note"),
+                "content": [{"type": "text", "text": text}],
+                "_meta": {"crow/notice": severity},
+            }
+        )
 
     @property
     def id(self) -> str:

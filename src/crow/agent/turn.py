@@ -29,9 +29,11 @@ from crow.models.events import (
     ToolCallDelta,
     Usage,
 )
+from crow.tools.hub import ToolHub
 
 from . import commands, compaction
 from .session import LiveSession, new_id, now
+from .toolrun import ToolRunner
 
 if TYPE_CHECKING:
     from .service import CrowAgent
@@ -79,6 +81,7 @@ class Turn:
         self.blocks = blocks
         self.content = content
         self.reply: Reply | None = None  # the model call under way, for cancellation
+        self.tools: list[dict[str, Any]] = []  # what the model may call, OpenAI-shaped
         self.command = commands.parse(blocks)  # a slash command is not model input
 
     # ---- the one place outcomes become stop reasons --------------------------------
@@ -145,15 +148,34 @@ class Turn:
 
     # ---- the react loop ---------------------------------------------------------
     async def react(self) -> str:
+        hub = await self.session.ready_tools()
+        self.tools = [t.openai() for t in hub.tools()] if hub is not None else []
         for _ in range(self.agent.config.max_steps):
             reply = await self.call_model()
             if reply.finish_reason == "length":
                 return "max_tokens"
             if reply.finish_reason == "content_filter":
                 return "refusal"
-            return "end_turn"  # tool calls arrive with the tools (crow.tools)
-        await self.note(f"Stopped after {self.agent.config.max_steps} model calls.", "warning")
+            if not reply.tool_calls or hub is None:
+                return "end_turn"
+            await self.run_tools(hub, reply)
+            self.tools = [t.openai() for t in hub.tools()]  # a dead server's are gone
+        steps = self.agent.config.max_steps
+        await self.note(
+            f"Stopped after {steps} model calls (the limit is model.max_steps "
+            "in config.toml). Send another prompt to go on.",
+            "warning",
+        )
         return "max_turn_requests"
+
+    async def run_tools(self, hub: ToolHub, reply: Reply) -> None:
+        runner = ToolRunner(self.session, hub)
+        calls = [reply.tool_calls[i] for i in sorted(reply.tool_calls)]
+        try:
+            await runner.run_all(calls)
+        finally:  # cancelled or not, every call the model made gets its answer
+            for message in runner.messages:
+                self.store.append_message(self.session.id, message)
 
     def messages(self) -> list[dict[str, Any]]:
         system = self.agent.config.system_prompt or DEFAULT_SYSTEM_PROMPT
@@ -179,7 +201,8 @@ class Turn:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
         thought_id = new_id("msg")
-        async for event in self.agent.router.stream(session.model, self.messages()):
+        stream = self.agent.router.stream(session.model, self.messages(), tools=self.tools)
+        async for event in stream:
             if isinstance(event, TextDelta):
                 reply.text.append(event.text)
                 await session.emit(
@@ -226,6 +249,8 @@ class Turn:
                     "content": [{"type": "text", "text": "".join(reply.reasoning)}],
                 }
             )
+        for index, call in reply.tool_calls.items():
+            call["id"] = call["id"] or f"call_{reply.message_id}_{index}"
         await self.record_reply(reply)
         self.reply = None
         await self.report_usage(reply)
@@ -234,16 +259,27 @@ class Turn:
     async def record_reply(self, reply: Reply) -> None:
         """The whole-message snapshot (replay shows it whole) and the transcript."""
         text = "".join(reply.text)
-        meta = {"crow/model": reply.model} if reply.model else None
-        update: dict[str, Any] = {
-            "sessionUpdate": "agent_message",
-            "messageId": reply.message_id,
-            "content": [{"type": "text", "text": text}],
-        }
-        if meta:
-            update["_meta"] = meta
-        await self.session.emit(update)
-        self.store.append_message(self.session.id, {"role": "assistant", "content": text})
+        if text or not reply.tool_calls:
+            update: dict[str, Any] = {
+                "sessionUpdate": "agent_message",
+                "messageId": reply.message_id,
+                "content": [{"type": "text", "text": text}],
+            }
+            if reply.model:
+                update["_meta"] = {"crow/model": reply.model}
+            await self.session.emit(update)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if reply.tool_calls:
+            message["content"] = text or None
+            message["tool_calls"] = [
+                {
+                    "id": c["id"],
+                    "type": "function",
+                    "function": {"name": c["name"], "arguments": c["arguments"] or "{}"},
+                }
+                for _, c in sorted(reply.tool_calls.items())
+            ]
+        self.store.append_message(self.session.id, message)
 
     async def report_usage(self, reply: Reply) -> None:
         if reply.usage is None or reply.model is None:
@@ -270,14 +306,7 @@ class Turn:
 
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
-        await self.session.emit(
-            {
-                "sessionUpdate": "agent_message",
-                "messageId": new_id("note"),
-                "content": [{"type": "text", "text": text}],
-                "_meta": {"crow/notice": severity},
-            }
-        )
+        await self.session.note(text, severity)
 
 
 def _uncancel() -> None:

@@ -1,0 +1,119 @@
+"""A session's tools: which MCP servers it gets, and starting them.
+
+Every session gets the built-in servers (fs confined to its cwd and
+additional directories, terminal in its cwd, web), the servers of
+``[mcp.servers]`` in config.toml, and the ``mcpServers`` its client named in
+``session/new`` or ``session/resume`` (ACP-V2.md §5.1): stdio and http, each
+name once, an unknown transport refused with ``-32602``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crow.acp import InvalidParams, schema
+from crow.config import Config, McpServerSpec
+from crow.tools.hub import ToolHub
+from crow.tools.permissions import Permissions
+
+from .session import LiveSession
+
+__all__ = ["client_servers", "mcp_capabilities", "start_tools"]
+
+ACCEPTED_TRANSPORTS = ("stdio", "http")
+
+
+def mcp_capabilities() -> schema.McpCapabilities:
+    return schema.McpCapabilities(
+        stdio=schema.McpStdioCapabilities(), http=schema.McpHttpCapabilities()
+    )
+
+
+def client_servers(servers: Any, config: Config) -> list[McpServerSpec]:
+    """The client's MCP servers as specs.  Raises InvalidParams for a bad list."""
+    if servers in (schema.UNSET, None):
+        return []
+    taken = set(config.tools.builtin) | {s.name for s in config.tools.servers}
+    specs = []
+    for index, server in enumerate(servers):
+        kind = getattr(server, "type", None)
+        name = getattr(server, "name", None)
+        if kind not in ACCEPTED_TRANSPORTS:
+            raise InvalidParams(
+                f"mcpServers[{index}]: transport {kind!r} is not supported; Crow accepts "
+                f"{' and '.join(ACCEPTED_TRANSPORTS)}",
+                data={"type": kind},
+            )
+        if not isinstance(name, str) or not name or name in taken:
+            raise InvalidParams(
+                f"mcpServers[{index}]: the name {name!r} is already taken", data={"name": name}
+            )
+        taken.add(name)
+        specs.append(_spec(server, index, config.tools.timeout_s))
+    return specs
+
+
+def _spec(server: Any, index: int, timeout_s: float) -> McpServerSpec:
+    if server.type == "stdio":
+        if not os.path.isabs(server.command):
+            raise InvalidParams(
+                f"mcpServers[{index}]: command must be an absolute path",
+                data={"command": server.command},
+            )
+        env = _pairs(server.env)
+        args = tuple(server.args or ()) if server.args is not schema.UNSET else ()
+        return McpServerSpec(
+            name=server.name, command=server.command, args=args, env=env, timeout_s=timeout_s
+        )
+    headers = _pairs(server.headers)
+    return McpServerSpec(name=server.name, url=server.url, headers=headers, timeout_s=timeout_s)
+
+
+def _pairs(items: Any) -> dict[str, str]:
+    """ACP's ``[{name, value}]`` lists (env, headers) as a dict."""
+    if items in (schema.UNSET, None):
+        return {}
+    return {item.name: item.value for item in items}
+
+
+def builtin_servers(config: Config, cwd: str, extra: list[str]) -> dict[str, Callable[[], Any]]:
+    """Factories for the built-in servers of one session (they import mcp: call late)."""
+
+    def fs() -> Any:
+        from crow.servers.fs import build_server
+        from crow.servers.roots import Roots
+
+        return build_server(Roots(cwd=Path(cwd), extra=tuple(Path(d) for d in extra)))
+
+    def terminal() -> Any:
+        from crow.servers.terminal import build_server
+
+        return build_server(Path(cwd), default_timeout_s=config.tools.timeout_s)
+
+    def web() -> Any:
+        from crow.servers.web import build_server
+
+        return build_server(search_url=config.tools.search_url)
+
+    factories = {"fs": fs, "terminal": terminal, "web": web}
+    return {name: factories[name] for name in config.tools.builtin}
+
+
+def start_tools(
+    session: LiveSession, config: Config, specs: list[McpServerSpec], extra_dirs: list[str]
+) -> None:
+    """Start the session's servers in the background; the first prompt waits."""
+    session.permissions = session.permissions or Permissions(config.tools, config.paths)
+    hub = session.tools = ToolHub(on_event=session.note)
+    builtins = builtin_servers(config, session.record.cwd, extra_dirs)
+
+    async def start() -> None:
+        await hub.start(
+            builtins, [*config.tools.servers, *specs], builtin_timeout_s=config.tools.timeout_s
+        )
+
+    session.tools_started = asyncio.create_task(start(), name=f"tools-{session.id}")

@@ -1,0 +1,144 @@
+"""Running the tool calls of one model reply: permission, the call, the result.
+
+The calls of one reply run concurrently (a TaskGroup).  Each one shows up in the
+client as a tool call (``crow.tools.surface``); when policy says "ask", the
+session goes ``requires_action`` until the answer, and ``running`` again after
+the last open question.  Whatever happens, each call yields one result text for
+the model: its output, an error, a refusal, or "cancelled".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from crow.acp import schema
+from crow.tools.hub import ToolHub, ToolInfo, ToolServerError
+from crow.tools.permissions import OPTIONS
+from crow.tools.surface import ToolCallView
+
+from .asking import ask_watchers
+
+if TYPE_CHECKING:
+    from .session import LiveSession
+
+__all__ = ["ToolRunner"]
+
+CANCELLED = "The tool call was cancelled by the user."
+REJECTED = "The user rejected this tool call. Do not retry it; ask what to do instead."
+
+
+class ToolRunner:
+    def __init__(self, session: LiveSession, hub: ToolHub) -> None:
+        self.session = session
+        self.hub = hub
+        self.open_questions = 0
+
+    async def run_all(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run every call; returns the tool messages for the transcript, in order.
+
+        On cancellation the messages are still complete ("cancelled" for the
+        unfinished calls) and the CancelledError is raised after them: read
+        ``messages`` before re-raising.
+        """
+        results: dict[str, str] = {}
+        try:
+            async with asyncio.TaskGroup() as group:
+                for call in calls:
+                    group.create_task(self._run_into(call, results))
+        finally:
+            self.messages = [
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "content": results.get(call["id"], CANCELLED),
+                }
+                for call in calls
+            ]
+        return self.messages
+
+    async def _run_into(self, call: dict[str, Any], results: dict[str, str]) -> None:
+        results[call["id"]] = await self.run(call)
+
+    async def run(self, call: dict[str, Any]) -> str:
+        tool = self.hub.find(call["name"])
+        if tool is None:
+            names = ", ".join(t.qualified for t in self.hub.tools()) or "none"
+            return f"Error: there is no tool named {call['name']!r}. Available tools: {names}."
+        try:
+            args = json.loads(call["arguments"] or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("the arguments must be a JSON object")
+        except ValueError as exc:
+            return f"Error: the arguments of {tool.qualified} are not valid JSON: {exc}"
+        view = ToolCallView(self.session.emit, tool, args, cwd=self.session.record.cwd)
+        await view.created()
+        try:
+            if not await self.allowed(view, tool, args):
+                return REJECTED
+            await view.started()
+            result = await self.hub.call(tool, args, on_progress=view.output)
+        except asyncio.CancelledError:
+            await view.cancelled()
+            raise
+        except ToolServerError as exc:
+            await view.failed(str(exc))
+            return f"Error: {exc}"
+        await view.finished(result)
+        return f"Error: {result.text}" if result.is_error else result.text
+
+    async def allowed(self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]) -> bool:
+        assert self.session.permissions is not None
+        decision = self.session.permissions.decide(tool)
+        if decision == "allow":
+            return True
+        if decision == "deny":
+            await view.failed(f"Refused by Crow's permission policy for {tool.kind} tools.")
+            return False
+        outcome = await self.ask(view, tool, args)
+        option = getattr(outcome, "option_id", None) if _selected(outcome) else None
+        answer = self.session.permissions.answer(tool, option)
+        if not answer.allowed:
+            await view.failed("The user rejected this tool call.")
+        return answer.allowed
+
+    async def ask(self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]) -> Any:
+        session = self.session
+        if not session.watchers:
+            return None  # nobody to ask: never an approval
+        self.open_questions += 1
+        if self.open_questions == 1:
+            await session.emit({"sessionUpdate": "state_update", "state": "requires_action"})
+        outcome = await ask_watchers(session.watchers, _request(session.id, view, tool, args))
+        self.open_questions -= 1
+        if self.open_questions == 0:
+            await session.emit({"sessionUpdate": "state_update", "state": "running"})
+        return outcome
+
+
+def _selected(outcome: Any) -> bool:
+    return getattr(outcome, "outcome", None) == "selected"
+
+
+def _request(
+    session_id: str, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]
+) -> schema.RequestPermissionRequest:
+    subject: Any = schema.ToolCallPermissionSubject(
+        tool_call=schema.ToolCallUpdate(tool_call_id=view.id, title=view.title, kind=tool.kind)
+    )
+    command = args.get("command")
+    if tool.kind == "execute" and isinstance(command, str):
+        subject = schema.CommandPermissionSubject(
+            command=command, cwd=view.cwd, tool_call_id=view.id
+        )
+    return schema.RequestPermissionRequest(
+        session_id=session_id,
+        title=f"Allow {view.title}?",
+        description=f"{tool.server} wants to run {tool.name} ({tool.kind}).",
+        subject=subject,
+        options=[
+            schema.PermissionOption(option_id=option_id, name=label, kind=kind)
+            for option_id, (kind, label) in OPTIONS.items()
+        ],
+    )

@@ -1,0 +1,1 @@
+"""crow.servers: Crow's built-in MCP servers, each runnable alone."""

@@ -1,0 +1,1 @@
+"""crow.tools: the MCP client hub, permission policy, and the ACP tool-call surface."""

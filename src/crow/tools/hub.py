@@ -1,0 +1,278 @@
+"""The MCP client hub of one session: its servers, their tools, calls to them.
+
+Each server is owned by one task that opens the ``mcp`` client, lists its tools
+and keeps the connection until the hub closes (the SDK's clients must be closed
+by the task that opened them: ECOSYSTEM.md trap 6).  Built-in servers run
+in-process (no subprocess, no framing); configured and client-named ones over
+stdio or streamable HTTP.
+
+A server that fails to start, times out, or dies mid-session is reported
+through ``on_event`` (the agent shows it to the user) and its tools are
+withdrawn; the other servers keep working.
+
+Tool names the model sees are namespaced ``<server>__<tool>``.  The ``mcp``
+package is imported in a worker thread on first use: it costs ~0.6 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crow.config import McpServerSpec
+
+__all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
+
+log = logging.getLogger("crow.tools")
+
+#: How long a server gets to start and list its tools.
+MCP_SERVER_START_S = 30.0
+#: How long closing the hub waits for each server's task.
+MCP_SERVER_STOP_S = 3.0
+SEPARATOR = "__"
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+EventSink = Callable[[str, str], Awaitable[None]]  # (message, severity)
+ProgressSink = Callable[[str], Awaitable[None]]  # a progress message (terminal output)
+
+
+class ToolServerError(Exception):
+    """A tool server failed (not the tool: that is a result with ``is_error``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolInfo:
+    qualified: str  # what the model calls it: server__tool
+    server: str
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    kind: str  # the ACP tool kind: read, edit, execute, ...
+    title: str | None = None
+
+    def openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.qualified,
+                "description": self.description,
+                "parameters": self.input_schema or {"type": "object", "properties": {}},
+            },
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolResult:
+    text: str  # the result for the model
+    is_error: bool
+    content: list[dict[str, Any]] = field(default_factory=list)  # MCP content blocks, JSON
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Server:
+    name: str
+    target: Any  # an MCPServer, StdioServerParameters or URL
+    timeout_s: float
+    client: Any = None
+    tools: list[ToolInfo] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    error: str | None = None
+    dead: bool = False
+
+
+class ToolHub:
+    def __init__(self, *, on_event: EventSink) -> None:
+        self.on_event = on_event
+        self.servers: dict[str, _Server] = {}
+
+    # ---- starting and stopping --------------------------------------------------
+    async def start(
+        self,
+        builtins: dict[str, Callable[[], Any]],
+        specs: list[McpServerSpec],
+        *,
+        builtin_timeout_s: float,
+    ) -> None:
+        """Start every server and wait until each has listed its tools or failed."""
+        await asyncio.to_thread(importlib.import_module, "mcp")
+        from mcp.client.stdio import StdioServerParameters
+
+        for name, factory in builtins.items():
+            try:
+                target: Any = factory()
+            except Exception as exc:  # a broken built-in must not take the session down
+                log.exception("built-in MCP server %s cannot be created", name)
+                self.servers[name] = failed = _Server(name=name, target=None, timeout_s=0)
+                failed.error = _describe(exc)
+                failed.ready.set()
+                continue
+            self._launch(name, target, builtin_timeout_s)
+        for spec in specs:
+            target = spec.url
+            if spec.command is not None:
+                target = StdioServerParameters(
+                    command=spec.command, args=list(spec.args), env=spec.env or None
+                )
+            self._launch(spec.name, target, spec.timeout_s, headers=spec.headers)
+        await asyncio.gather(*(self._await_ready(s) for s in self.servers.values()))
+
+    def _launch(
+        self, name: str, target: Any, timeout_s: float, headers: dict[str, str] | None = None
+    ) -> None:
+        if headers and isinstance(target, str):
+            target = _http_transport(target, headers)
+        server = _Server(name=name, target=target, timeout_s=timeout_s)
+        self.servers[name] = server
+        server.task = asyncio.create_task(self._own(server), name=f"mcp-{name}")
+
+    async def _await_ready(self, server: _Server) -> None:
+        try:
+            async with asyncio.timeout(MCP_SERVER_START_S):
+                await server.ready.wait()
+        except TimeoutError:
+            server.error = f"it did not start within {MCP_SERVER_START_S:.0f} s"
+            server.stop.set()
+        if server.error is not None:
+            server.dead = True
+            await self.on_event(
+                f"MCP server {server.name!r} failed to start: "
+                f"{server.error}. Its tools are not available.",
+                "error",
+            )
+
+    async def _own(self, server: _Server) -> None:
+        """The one task that opens, holds and closes this server's client."""
+        from mcp import Client
+
+        try:
+            async with Client(server.target, client_info=_client_info()) as client:
+                listed = await client.list_tools()
+                server.tools = [_tool_info(server.name, t) for t in listed.tools]
+                server.client = client
+                server.ready.set()
+                await server.stop.wait()
+        except Exception as exc:  # the SDK raises many kinds; all mean "this server failed"
+            server.error = _describe(exc)
+            log.warning("MCP server %s: %s", server.name, server.error, exc_info=True)
+        finally:
+            server.client = None
+            server.ready.set()
+
+    async def aclose(self) -> None:
+        for server in self.servers.values():
+            server.stop.set()
+        tasks = [s.task for s in self.servers.values() if s.task is not None]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=MCP_SERVER_STOP_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=MCP_SERVER_STOP_S)
+
+    # ---- tools ----------------------------------------------------------------------
+    def tools(self) -> list[ToolInfo]:
+        return [t for s in self.servers.values() if not s.dead for t in s.tools]
+
+    def find(self, qualified: str) -> ToolInfo | None:
+        return next((t for t in self.tools() if t.qualified == qualified), None)
+
+    async def call(
+        self, tool: ToolInfo, arguments: dict[str, Any], *, on_progress: ProgressSink | None = None
+    ) -> ToolResult:
+        """Call a tool.  Raises ToolServerError if its server fails; the caller
+        owns cancellation (cancelling this cancels the call on the server)."""
+        server = self.servers[tool.server]
+        if server.dead or server.client is None:
+            raise ToolServerError(f"MCP server {tool.server!r} is not running")
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            if message and on_progress is not None:
+                await on_progress(message)
+
+        try:
+            async with asyncio.timeout(server.timeout_s):
+                result = await server.client.call_tool(
+                    tool.name, arguments, progress_callback=progress
+                )
+        except TimeoutError:
+            return ToolResult(
+                text=f"The tool timed out after {server.timeout_s:.0f} s.", is_error=True
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if _is_tool_level(exc):
+                return ToolResult(text=f"Tool error: {_describe(exc)}", is_error=True)
+            await self._died(server, exc)
+            raise ToolServerError(f"MCP server {tool.server!r} failed: {_describe(exc)}") from exc
+        content = [
+            c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content
+        ]
+        text = "\n".join(c.get("text", f"[{c.get('type')} content]") for c in content)
+        return ToolResult(
+            text=text, is_error=bool(result.is_error), content=content, meta=dict(result.meta or {})
+        )
+
+    async def _died(self, server: _Server, exc: BaseException) -> None:
+        if server.dead:
+            return
+        server.dead = True
+        server.stop.set()
+        await self.on_event(
+            f"MCP server {server.name!r} stopped working "
+            f"({_describe(exc)}); its tools were withdrawn.",
+            "error",
+        )
+
+
+def _tool_info(server: str, tool: Any) -> ToolInfo:
+    meta = tool.meta or {}
+    annotations = tool.annotations
+    kind = meta.get("crow/kind")
+    if kind is None:
+        read_only = bool(annotations and annotations.read_only_hint)
+        kind = "read" if read_only else "other"
+    title = tool.title or (annotations.title if annotations else None)
+    return ToolInfo(
+        qualified=_NAME.sub("_", f"{server}{SEPARATOR}{tool.name}")[:64],
+        server=server,
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=tool.input_schema,
+        kind=str(kind),
+        title=title,
+    )
+
+
+def _client_info() -> Any:
+    from mcp_types import Implementation
+
+    return Implementation(name="crow", version="2")
+
+
+def _http_transport(url: str, headers: dict[str, str]) -> Any:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers))
+
+
+def _is_tool_level(exc: BaseException) -> bool:
+    """An MCP error answer (bad arguments, unknown tool) rather than a broken server."""
+    from mcp.shared.exceptions import MCPError
+
+    return isinstance(exc, MCPError) and getattr(exc, "code", 0) in (-32602, -32601)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,287 @@
+"""Tools over MCP in ``crow serve``: the ACP tool-call surface, permissions, failures.
+
+A small real MCP server (tests/mcp_probe.py) runs over stdio; the scripted model
+asks for its tools.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import time
+
+import pytest
+from fakemodel import Text, ToolCalls
+from serve_support import is_idle, notes, updates
+from support import ROOT
+
+from crow.acp.errors import INVALID_PARAMS
+
+PROBE = [sys.executable, str(ROOT / "tests" / "mcp_probe.py")]
+
+
+def probe_config(marker=None, *, builtin="[]", extra=""):
+    args = [PROBE[1]] + (["--marker", str(marker)] if marker else [])
+    rendered = ", ".join(f'"{a}"' for a in args)
+    return (
+        f"[tools]\nbuiltin = {builtin}\n\n[mcp.servers.probe]\n"
+        f'command = "{PROBE[0]}"\nargs = [{rendered}]\ntimeout_s = 20\n\n{extra}'
+    )
+
+
+def tool_updates(seen, call_id=None):
+    return [
+        u
+        for u in seen
+        if u["sessionUpdate"] in ("tool_call_update", "tool_call_content_chunk")
+        and (call_id is None or u["toolCallId"] == call_id)
+    ]
+
+
+def until_request(agent, method):
+    """Messages up to the first request from the agent with ``method``."""
+    seen = []
+    while True:
+        message = agent.recv()
+        seen.append(message)
+        if message.get("method") == method and "id" in message:
+            return seen
+
+
+def answer(agent, request, outcome):
+    agent.send({"jsonrpc": "2.0", "id": request["id"], "result": {"outcome": outcome}})
+
+
+def selected(option):
+    return {"outcome": "selected", "optionId": option}
+
+
+def test_a_read_tool_runs_without_asking_and_feeds_the_model(crow, scripted_model):
+    scripted_model.script(ToolCalls(calls=[("probe__echo", {"text": "ping"})]), Text(text="pong"))
+    agent = crow(extra=probe_config())
+    sid = agent.new_session()
+    seen = agent.run_turn(sid, "use the tool")
+    tools = tool_updates(seen)
+    first = tools[0]
+    assert first["status"] == "pending" and first["kind"] == "read"
+    assert first["title"] and first["rawInput"] == {"text": "ping"}
+    statuses = [u.get("status") for u in tools if u["sessionUpdate"] == "tool_call_update"]
+    assert statuses == ["pending", "in_progress", "completed"]
+    chunk = next(u for u in tools if u["sessionUpdate"] == "tool_call_content_chunk")
+    assert chunk["content"] == {"type": "content", "content": {"type": "text", "text": "ping"}}
+    assert tools[-1]["rawOutput"]["text"] == "ping"
+    assert seen[-1]["stopReason"] == "end_turn"
+    offered = [t["function"]["name"] for t in scripted_model.requests[0]["tools"]]
+    assert "probe__echo" in offered
+    history = scripted_model.requests[1]["messages"]
+    assert history[-2]["tool_calls"][0]["function"]["name"] == "probe__echo"
+    assert history[-1]["role"] == "tool" and history[-1]["content"] == "ping"
+
+
+def test_an_edit_asks_first_and_reports_a_structured_diff(crow, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]), Text(text="written")
+    )
+    agent = crow(extra=probe_config())
+    sid = agent.new_session()
+    agent.prompt(sid, "write it")
+    before = until_request(agent, "session/request_permission")
+    request = before[-1]
+    params = request["params"]
+    assert params["sessionId"] == sid and params["title"]
+    assert {o["kind"] for o in params["options"]} >= {
+        "allow_once",
+        "allow_always",
+        "reject_once",
+        "reject_always",
+    }
+    assert updates(before)[-1] == {"sessionUpdate": "state_update", "state": "requires_action"}
+    answer(agent, request, selected("allow_once"))
+    seen = updates(agent.until_update(is_idle))
+    assert seen[0] == {"sessionUpdate": "state_update", "state": "running"}
+    diff = next(
+        u["content"]
+        for u in tool_updates(seen)
+        if u["sessionUpdate"] == "tool_call_content_chunk" and u["content"]["type"] == "diff"
+    )
+    assert diff["changes"] == [{"operation": "add", "path": "/tmp/probe/a.txt", "fileType": "text"}]
+    assert diff["patch"]["format"] == "git_patch" and "+new" in diff["patch"]["text"]
+    final = [u for u in tool_updates(seen) if u["sessionUpdate"] == "tool_call_update"][-1]
+    assert final["status"] == "completed"
+    assert final["locations"] == [{"path": "/tmp/probe/a.txt", "line": 1}]
+
+
+def test_allow_always_is_not_asked_again(crow, scripted_model):
+    call = ToolCalls(calls=[("probe__touch", {"path": "b.txt"})])
+    scripted_model.script(call, Text(text="one"), call, Text(text="two"))
+    agent = crow(extra=probe_config())
+    sid = agent.new_session()
+    agent.prompt(sid, "first")
+    answer(agent, until_request(agent, "session/request_permission")[-1], selected("allow_session"))
+    agent.until_update(is_idle)
+    seen = agent.run_turn(sid, "second")  # would block on a question if one were asked
+    assert "requires_action" not in [u.get("state") for u in seen]
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        selected("reject_once"),
+        {"outcome": "cancelled"},
+        {"outcome": "_acme_maybe"},
+        selected("no-such-option"),
+    ],
+)
+def test_a_rejection_or_an_unknown_answer_does_not_run_the_tool(crow, scripted_model, outcome):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "c.txt"})]), Text(text="ok then")
+    )
+    agent = crow(extra=probe_config())
+    sid = agent.new_session()
+    agent.prompt(sid, "write")
+    answer(agent, until_request(agent, "session/request_permission")[-1], outcome)
+    seen = updates(agent.until_update(is_idle))
+    final = [u for u in tool_updates(seen) if u["sessionUpdate"] == "tool_call_update"][-1]
+    assert final["status"] == "failed"
+    assert "rejected" in scripted_model.requests[1]["messages"][-1]["content"]
+
+
+def test_cancel_while_asking_withdraws_the_question(crow, scripted_model):
+    scripted_model.script(ToolCalls(calls=[("probe__touch", {"path": "d.txt"})]))
+    agent = crow(extra=probe_config())
+    sid = agent.new_session()
+    agent.prompt(sid, "write")
+    request = until_request(agent, "session/request_permission")[-1]
+    agent.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    seen = agent.until_update(is_idle)
+    withdrawn = [m for m in seen if m.get("method") == "$/cancel_request"]
+    assert withdrawn and withdrawn[0]["params"]["requestId"] == request["id"]
+    last = updates(seen)
+    assert last[-1]["stopReason"] == "cancelled"
+    assert [u for u in tool_updates(last) if u.get("status")][-1]["status"] == "cancelled"
+    answer(agent, request, selected("allow_once"))  # too late: ignored
+    assert agent.run_turn(sid, "still alive?")[-1]["stopReason"]
+
+
+def test_command_output_is_shown_in_a_display_terminal(crow, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__shell", {"command": "make"})]), Text(text="built")
+    )
+    agent = crow(extra=probe_config(extra='[permissions]\nexecute = "allow"\n'))
+    seen = agent.run_turn(agent.new_session(), "build")
+    terminal = next(u for u in seen if u["sessionUpdate"] == "terminal_update")
+    term_id = terminal["terminalId"]
+    assert terminal["command"] == "make" and terminal["cwd"] == "/tmp"
+    reference = next(
+        u for u in tool_updates(seen) if u["sessionUpdate"] == "tool_call_content_chunk"
+    )
+    assert reference["content"] == {"type": "terminal", "terminalId": term_id}
+    output = b"".join(
+        base64.b64decode(u["data"]) for u in seen if u["sessionUpdate"] == "terminal_output_chunk"
+    )
+    assert output.decode() == "".join(f"line {i} of make\n" for i in range(3))
+    exited = [u for u in seen if u["sessionUpdate"] == "terminal_update"][-1]
+    assert exited["exitStatus"] == {"exitCode": 3}
+
+
+def test_tool_calls_of_one_reply_run_concurrently(crow, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__slow", {"seconds": 0.6}), ("probe__slow", {"seconds": 0.6})]),
+        Text(text="both done"),
+    )
+    agent = crow(extra=probe_config())
+    seen = agent.run_turn(agent.new_session(), "wait twice")
+    statuses = [
+        (u["toolCallId"], u.get("status"))
+        for u in tool_updates(seen)
+        if u.get("status") in ("in_progress", "completed")
+    ]
+    # Both were in progress before either completed.
+    assert [s for _, s in statuses[:2]] == ["in_progress", "in_progress"]
+    tool_messages = [m for m in scripted_model.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == ["slept 0.6", "slept 0.6"]
+
+
+def test_cancel_stops_a_running_tool_on_the_server(crow, scripted_model, tmp_path):
+    scripted_model.script(ToolCalls(calls=[("probe__slow", {"seconds": 60})]), Text(text="after"))
+    agent = crow(extra=probe_config(tmp_path))
+    sid = agent.new_session()
+    agent.prompt(sid, "sleep")
+    agent.until_update(lambda u: u.get("status") == "in_progress")
+    started = time.monotonic()
+    agent.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    seen = updates(agent.until_update(is_idle))
+    assert seen[-1]["stopReason"] == "cancelled" and time.monotonic() - started < 5
+    assert [u for u in tool_updates(seen) if u.get("status")][-1]["status"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while not (tmp_path / "cancelled").exists():
+        assert time.monotonic() < deadline, "the MCP server never saw the cancellation"
+        time.sleep(0.05)
+    # The model's next request answers the cancelled call, so the history stays valid.
+    scripted_model.script(Text(text="fine"))
+    agent.run_turn(sid, "next")
+    assert scripted_model.requests[-1]["messages"][-2]["content"].startswith("The tool call was")
+
+
+def test_a_server_that_dies_is_reported_and_the_session_goes_on(crow, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__crash", {})]), Text(text="oh no"), Text(text="still here")
+    )
+    agent = crow(extra=probe_config(extra='[permissions]\nother = "allow"\n'))
+    sid = agent.new_session()
+    seen = agent.run_turn(sid, "crash it")
+    assert any("'probe' stopped working" in n for n in notes(seen))
+    final = [u for u in tool_updates(seen) if u["sessionUpdate"] == "tool_call_update"][-1]
+    assert final["status"] == "failed"
+    assert agent.run_turn(sid, "and now")[-1]["stopReason"] == "end_turn"
+    assert "tools" not in scripted_model.requests[-1]  # the dead server's tools are gone
+
+
+def test_a_server_that_cannot_start_is_reported(crow, scripted_model):
+    scripted_model.set_default(Text(text="works without it"))
+    broken = '[mcp.servers.broken]\ncommand = "/nonexistent/mcp-server"\n'
+    agent = crow(extra=probe_config(extra=broken))
+    sid = agent.new_session()
+    seen = agent.run_turn(sid, "hello")
+    assert any("'broken' failed to start" in n for n in notes(seen))
+    assert seen[-1]["stopReason"] == "end_turn"
+
+
+def test_max_steps_stops_a_tool_loop_with_a_note(crow, scripted_model):
+    scripted_model.set_default(ToolCalls(calls=[("probe__echo", {"text": "again"})]))
+    agent = crow(extra=probe_config(), max_steps=3)
+    seen = agent.run_turn(agent.new_session(), "loop forever")
+    assert seen[-1]["stopReason"] == "max_turn_requests"
+    assert any("Stopped after 3 model calls" in n for n in notes(seen))
+    assert len(scripted_model.requests) == 3
+
+
+def test_the_client_can_name_mcp_servers(crow, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("mine__echo", {"text": "from the client"})]), Text(text="done")
+    )
+    agent = crow(extra="[tools]\nbuiltin = []\n")
+    server = {
+        "type": "stdio",
+        "name": "mine",
+        "command": PROBE[0],
+        "args": [PROBE[1]],
+        "env": [{"name": "X", "value": "1"}],
+    }
+    response, _ = agent.request("session/new", {"cwd": "/tmp", "mcpServers": [server]})
+    sid = response["result"]["sessionId"]
+    seen = agent.run_turn(sid, "call it")
+    assert any(u.get("rawOutput", {}).get("text") == "from the client" for u in tool_updates(seen))
+    for bad in (
+        [server, server],
+        [{**server, "type": "sse", "url": "http://x"}],
+        [{**server, "command": "relative/path"}],
+    ):
+        refused, _ = agent.request("session/new", {"cwd": "/tmp", "mcpServers": bad})
+        assert refused["error"]["code"] == INVALID_PARAMS
+
+
+def test_capabilities_advertise_mcp_transports(crow):
+    agent = crow(extra="[tools]\nbuiltin = []\n")
+    session = agent.initialized["result"]["capabilities"]["session"]
+    assert session["mcp"] == {"stdio": {}, "http": {}}
