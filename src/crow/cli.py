@@ -34,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
 
+    mcp = commands.add_parser("mcp", help="run a built-in MCP server on stdio (for any MCP host)")
+    mcp.add_argument("server", choices=["fs", "terminal", "web"])
+    mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
+
     args = parser.parse_args(argv)
+    if args.command == "mcp":
+        return _mcp(args.server, args.args)
     if args.command == "serve":
         return _serve(args)
     if args.command == "init":
@@ -56,6 +62,15 @@ def _serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_stdio(config))
     return 0
+
+
+def _mcp(server: str, argv: list[str]) -> int:
+    """``crow mcp fs --root DIR``: the same servers Crow runs in every session."""
+    import importlib
+
+    module = importlib.import_module(f"crow.servers.{server}")
+    result: int = module.main(argv)
+    return result
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -285,3 +285,55 @@ def test_capabilities_advertise_mcp_transports(crow):
     agent = crow(extra="[tools]\nbuiltin = []\n")
     session = agent.initialized["result"]["capabilities"]["session"]
     assert session["mcp"] == {"stdio": {}, "http": {}}
+
+
+def test_allow_saved_is_remembered_across_sessions_and_processes(crow, scripted_model, crow_home):
+    call = ToolCalls(calls=[("probe__touch", {"path": "s.txt"})])
+    scripted_model.script(call, Text(text="one"), call, Text(text="two"))
+    first = crow(extra=probe_config())
+    sid = first.new_session()
+    first.prompt(sid, "first")
+    answer(first, until_request(first, "session/request_permission")[-1], selected("allow_saved"))
+    first.until_update(is_idle)
+    assert '"probe__touch" = "allow"' in (crow_home / "permissions.toml").read_text()
+    first.close()
+    second = crow(write=False)
+    seen = second.run_turn(second.new_session(), "second")  # blocks if it asks
+    assert "requires_action" not in [u.get("state") for u in seen]
+
+
+def test_the_built_in_fs_server_edits_inside_the_session_and_refuses_outside(
+    crow, scripted_model, tmp_path
+):
+    project = tmp_path / "project"
+    project.mkdir()
+    (tmp_path / "secret.txt").write_text("do not read")
+    scripted_model.script(
+        ToolCalls(
+            calls=[
+                ("fs__write", {"path": "notes.md", "content": "# Notes\n"}),
+                ("fs__read", {"path": "../secret.txt"}),
+            ]
+        ),
+        Text(text="done"),
+    )
+    agent = crow(extra='[tools]\nbuiltin = ["fs"]\n\n[permissions]\nedit = "allow"\n')
+    sid = agent.new_session(str(project))
+    seen = agent.run_turn(sid, "write notes, then peek outside")
+    assert (project / "notes.md").read_text() == "# Notes\n"
+    finals = {
+        u["toolCallId"]: u
+        for u in tool_updates(seen)
+        if u["sessionUpdate"] == "tool_call_update" and u.get("status") in ("completed", "failed")
+    }
+    assert sorted(u["status"] for u in finals.values()) == ["completed", "failed"]
+    diff = next(
+        u["content"]
+        for u in tool_updates(seen)
+        if u["sessionUpdate"] == "tool_call_content_chunk" and u["content"]["type"] == "diff"
+    )
+    assert diff["changes"][0]["path"] == str(project / "notes.md")
+    tool_answers = [
+        m["content"] for m in scripted_model.requests[1]["messages"] if m["role"] == "tool"
+    ]
+    assert "do not read" not in " ".join(tool_answers)

@@ -124,3 +124,44 @@ def test_the_ts_sdk_client_drives_crow_serve(crow_home, scripted_model):
     replay_ids = [u.get("messageId") for u in report["replayUpdates"]]
     assert user["messageId"] in replay_ids
     assert report["replayUpdates"][-1]["sessionUpdate"] == "state_update"
+
+
+def test_the_ts_sdk_validates_the_tool_call_surface(crow_home, scripted_model):
+    """Tool calls, a permission request, a diff and a display terminal, as the SDK sees them."""
+    from fakemodel import Text, ToolCalls
+    from serve_support import write_config
+    from test_serve_tools import probe_config
+
+    write_config(
+        crow_home,
+        scripted_model.base_url,
+        extra=probe_config(extra='[permissions]\nexecute = "allow"\nedit = "ask"\n'),
+    )
+    scripted_model.script(
+        ToolCalls(
+            calls=[
+                ("probe__echo", {"text": "hello"}),
+                ("probe__shell", {"command": "make"}),
+                ("probe__touch", {"path": "x.txt"}),
+            ]
+        ),
+        Text(text="all done"),
+    )
+    report = drive(f"{sys.executable} -m crow serve", "use the tools")
+    assert report["stopReason"] == "end_turn" and report["agentText"] == "all done"
+    live = report["liveUpdates"]
+    kinds = {u["sessionUpdate"] for u in live}
+    assert {
+        "tool_call_update",
+        "tool_call_content_chunk",
+        "terminal_update",
+        "terminal_output_chunk",
+    } <= kinds
+    states = [u["state"] for u in live if u["sessionUpdate"] == "state_update"]
+    assert "requires_action" in states  # the edit asked; the headless SDK client said no
+    finals = {
+        u["toolCallId"]: u["status"]
+        for u in live
+        if u["sessionUpdate"] == "tool_call_update" and u.get("status")
+    }
+    assert sorted(finals.values()) == ["completed", "completed", "failed"]

@@ -41,8 +41,9 @@ async def serve_stdio(config: Config) -> None:
 
 
 async def _warm_up(side: AgentSide) -> None:
-    """Import the model SDK in the background once the client is served: the
-    import takes ~0.4 s, which would otherwise delay initialize or the first turn."""
+    """Import the model and MCP SDKs in the background once the client is served:
+    together they take ~1 s, which would otherwise delay initialize or the first turn."""
     await side.initialized.wait()
-    with contextlib.suppress(ImportError):
-        await asyncio.to_thread(importlib.import_module, "openai")
+    for module in ("openai", "mcp", "mcp.server.mcpserver"):
+        with contextlib.suppress(ImportError):
+            await asyncio.to_thread(importlib.import_module, module)
