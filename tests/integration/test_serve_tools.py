@@ -337,3 +337,45 @@ def test_the_built_in_fs_server_edits_inside_the_session_and_refuses_outside(
         m["content"] for m in scripted_model.requests[1]["messages"] if m["role"] == "tool"
     ]
     assert "do not read" not in " ".join(tool_answers)
+
+
+def test_the_built_in_terminal_streams_output_and_cancel_kills_the_command(
+    crow, scripted_model, tmp_path
+):
+    pidfile = tmp_path / "pid"
+    scripted_model.script(
+        ToolCalls(calls=[("terminal__run", {"command": "echo first; echo second >&2"})]),
+        Text(text="ran it"),
+        ToolCalls(calls=[("terminal__run", {"command": f"echo $$ > {pidfile}; sleep 60"})]),
+    )
+    agent = crow(extra='[tools]\nbuiltin = ["terminal"]\n\n[permissions]\nexecute = "allow"\n')
+    sid = agent.new_session(str(tmp_path))
+    seen = agent.run_turn(sid, "run it")
+    output = b"".join(
+        base64.b64decode(u["data"]) for u in seen if u["sessionUpdate"] == "terminal_output_chunk"
+    )
+    assert b"first" in output and b"second" in output
+    assert [u for u in seen if u["sessionUpdate"] == "terminal_update"][-1]["exitStatus"] == {
+        "exitCode": 0
+    }
+
+    agent.prompt(sid, "run forever")
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    agent.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    assert updates(agent.until_update(is_idle))[-1]["stopReason"] == "cancelled"
+    deadline = time.monotonic() + 5
+    while _alive(pid):
+        assert time.monotonic() < deadline, "the cancelled command is still running"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"  # a zombie is dead, just not reaped
+    except FileNotFoundError:
+        return False
