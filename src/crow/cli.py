@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="crow", description="Crow: a persistent AI coding agent speaking ACP v2."
     )
     parser.add_argument("--version", action="version", version=f"crow {version('crow-cli')}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve ACP v2 on stdio (for editors and clients)")
     serve.add_argument("--model", help="the model to use (a configured name, or a model id)")
@@ -34,16 +34,28 @@ def main(argv: list[str] | None = None) -> int:
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
 
+    from .client import run as run_command
+
+    run = commands.add_parser(
+        "run",
+        help="send one prompt; the reply on stdout, the outcome in the exit code",
+        description=run_command.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run_command.add_arguments(run)
+
     mcp = commands.add_parser("mcp", help="run a built-in MCP server on stdio (for any MCP host)")
     mcp.add_argument("server", choices=["fs", "terminal", "web"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
 
     args = parser.parse_args(argv)
-    if args.command == "mcp":
+    if args.subcommand == "run":
+        return run_command.main(args)
+    if args.subcommand == "mcp":
         return _mcp(args.server, args.args)
-    if args.command == "serve":
+    if args.subcommand == "serve":
         return _serve(args)
-    if args.command == "init":
+    if args.subcommand == "init":
         return _init(args)
     parser.print_help()
     return 0

@@ -1,0 +1,103 @@
+"""Turning a session's updates into lines for people, from the shared projection.
+
+``TextRenderer`` prints the agent's reply to stdout as it grows: after each
+update it reads the message from the session projection and writes only what
+was not written yet, so a snapshot that repeats the chunks adds nothing.
+``activity`` turns tool calls, thoughts and Crow's own notes into short lines
+for stderr.  Nothing here accumulates chunks itself: that is the projection's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from crow.acp import SessionProjection, schema
+
+__all__ = ["TextRenderer", "activity", "is_note"]
+
+STATUS_MARKS = {
+    "pending": "·",
+    "in_progress": "→",
+    "completed": "✓",
+    "failed": "✗",
+    "cancelled": "⊘",
+}
+
+
+def is_note(meta: Any) -> bool:
+    """A message from Crow itself (``_meta["crow/notice"]``), not the model's words."""
+    return isinstance(meta, dict) and "crow/notice" in meta
+
+
+class TextRenderer:
+    """Writes agent text to ``out`` as it arrives, each message once."""
+
+    def __init__(self, projection: SessionProjection, out: TextIO) -> None:
+        self.projection = projection
+        self.out = out
+        self.written: dict[str, int] = {}  # message id -> characters written
+        self.last_id: str | None = None
+        self.ends_with_newline = True
+
+    def update(self, update: Any) -> None:
+        kind = getattr(update, "session_update", None)
+        if kind not in ("agent_message_chunk", "agent_message"):
+            return
+        message = self.projection.messages.get(update.message_id)
+        if message is None or is_note(message.meta):
+            return
+        text = message.text
+        done = self.written.get(message.message_id, 0)
+        if len(text) <= done:
+            return
+        if self.last_id not in (None, message.message_id) and not self.ends_with_newline:
+            self.out.write("\n")
+        piece = text[done:]
+        self.out.write(piece)
+        self.out.flush()
+        self.written[message.message_id] = len(text)
+        self.last_id = message.message_id
+        self.ends_with_newline = piece.endswith("\n")
+
+    def finish(self) -> None:
+        if not self.ends_with_newline:
+            self.out.write("\n")
+            self.out.flush()
+            self.ends_with_newline = True
+
+
+def activity(projection: SessionProjection, update: Any) -> str | None:
+    """A short line about tools, thoughts and notes, or None."""
+    kind = getattr(update, "session_update", None)
+    if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
+        call = projection.tool_calls.get(update.tool_call_id)
+        title = (call.title if call else None) or update.tool_call_id
+        line = f"{STATUS_MARKS.get(update.status, '?')} {title}"
+        if update.status == "failed":
+            reason = _raw_text(update.raw_output)
+            line += f": {reason}" if reason else " (failed)"
+        return line
+    if kind == "agent_thought":
+        message = projection.messages.get(update.message_id)
+        if message and message.text.strip():
+            return f"… {_one_line(message.text)}"
+    if kind == "agent_message" and is_note(update.meta):
+        message = projection.messages.get(update.message_id)
+        if message:
+            return f"crow: {message.text}"
+    return None
+
+
+def _raw_text(raw: Any) -> str:
+    if isinstance(raw, dict) and isinstance(raw.get("text"), str):
+        return _one_line(raw["text"])
+    return ""
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+Printer = Callable[[str], None]

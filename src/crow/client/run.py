@@ -1,0 +1,169 @@
+"""``crow run "prompt"``: one prompt, the reply on stdout, the outcome in the exit code.
+
+    0 end_turn   1 error   2 usage   3 refusal   4 max_tokens   5 cancelled
+    6 a permission was needed (pass --yes or --no)   7 protocol or connection failure
+    8 max_turn_requests
+
+stdout carries the agent's reply (or, with ``--json``, every ``session/update``
+as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
+short lines.  Ctrl-C cancels the turn; a second Ctrl-C leaves at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+from crow.acp import AcpError, ClientSide, Session
+
+from .asking import PermissionAsker
+from .connect import AgentUnavailable, connect
+from .render import TextRenderer, activity
+
+__all__ = ["EXIT", "add_arguments", "main"]
+
+EXIT = {
+    "end_turn": 0,
+    "error": 1,
+    "refusal": 3,
+    "max_tokens": 4,
+    "cancelled": 5,
+    "max_turn_requests": 8,
+}
+EXIT_USAGE, EXIT_PERMISSION, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 6, 7, 130
+MESSAGES = {
+    "error": "the turn failed",
+    "refusal": "the model refused",
+    "max_tokens": "the reply hit the model's output limit",
+    "cancelled": "cancelled",
+    "max_turn_requests": "the turn hit its step limit (model.max_steps)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help='the prompt, or "-" to read it from stdin')
+    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
+    parser.add_argument("--session", help="continue this session instead of starting one")
+    parser.add_argument(
+        "--json", action="store_true", help="write every session/update as a JSON line on stdout"
+    )
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument("--yes", action="store_true", help="allow what the agent asks to do")
+    answers.add_argument("--no", action="store_true", help="refuse what the agent asks to do")
+
+
+def main(args: argparse.Namespace) -> int:
+    prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt.strip():
+        print("crow: the prompt is empty", file=sys.stderr)
+        return EXIT_USAGE
+    mode = "yes" if args.yes else "no" if args.no else "refuse"
+    if mode == "refuse" and args.prompt != "-" and sys.stdin.isatty():
+        mode = "ask"
+    asker = PermissionAsker(mode)
+    try:
+        return asyncio.run(_run(args, prompt, asker))
+    except AgentUnavailable as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except (AcpError, ConnectionError) as exc:
+        print(
+            f"crow: {getattr(exc, 'message', None) or exc or 'the agent went away'}",
+            file=sys.stderr,
+        )
+        return EXIT_CONNECTION
+
+
+async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
+    cwd = os.path.abspath(args.cwd or os.getcwd())
+    async with connect(args.command, on_permission=asker) as client:
+        if args.session:
+            session = await client.resume_session(args.session, cwd, replay=False)
+        else:
+            session = await client.new_session(cwd)
+        renderer = _attach_output(client, session, json_lines=args.json)
+        turn = await session.prompt(prompt)
+        interrupted = await _wait(session, turn, asker)
+        if interrupted:
+            return EXIT_INTERRUPTED
+    if not args.json:
+        renderer.finish()
+    if asker.refused:
+        print(
+            f"crow: the agent asked to {asker.refused[0]!r}; pass --yes to allow it or --no "
+            "to refuse it",
+            file=sys.stderr,
+        )
+        return EXIT_PERMISSION
+    stop = turn.stop_reason or "end_turn"
+    if stop != "end_turn":
+        error = turn.error.get("message") if isinstance(turn.error, dict) else None
+        print(f"crow: {error or MESSAGES.get(stop, f'the turn ended: {stop}')}", file=sys.stderr)
+    return EXIT.get(stop, 1)
+
+
+def _attach_output(client: ClientSide, session: Session, *, json_lines: bool) -> TextRenderer:
+    renderer = TextRenderer(session.projection, sys.stdout)
+
+    def on_update(session_id: str, update: Any) -> None:
+        if session_id != session.id:
+            return
+        if json_lines:
+            line = json.dumps({"sessionId": session_id, "update": update.to_wire()})
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        else:
+            renderer.update(update)
+        note = activity(session.projection, update)
+        if note:
+            if not json_lines and not renderer.ends_with_newline:
+                sys.stdout.flush()
+            print(note, file=sys.stderr, flush=True)
+
+    client.on_update(on_update)
+    return renderer
+
+
+async def _wait(session: Session, turn: Any, asker: PermissionAsker) -> bool:
+    """Wait for the turn; Ctrl-C cancels it, a second one gives up.  True if given up."""
+    loop = asyncio.get_running_loop()
+    presses = 0
+    gave_up = asyncio.Event()
+    cancelling: list[asyncio.Task[None]] = []
+
+    def on_interrupt() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            print("\ncrow: cancelling (Ctrl-C again to quit)", file=sys.stderr, flush=True)
+            cancelling.append(loop.create_task(session.cancel()))
+        else:
+            gave_up.set()
+
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    try:
+        waiting = asyncio.create_task(_until_done(session, turn, asker))
+        quitting = asyncio.create_task(gave_up.wait())
+        done, _ = await asyncio.wait({waiting, quitting}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (waiting, quitting):
+            task.cancel()
+        if waiting in done:
+            waiting.result()
+        return quitting in done
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def _until_done(session: Session, turn: Any, asker: PermissionAsker) -> None:
+    cancelled_for_permission = False
+    while not turn.done:
+        if asker.refused and not cancelled_for_permission:
+            cancelled_for_permission = True  # nothing more can happen without the flag
+            await session.cancel()
+        await session.client.next_update(session.id)
