@@ -44,6 +44,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     run_command.add_arguments(run)
 
+    from .client import sessions as sessions_command
+
+    sessions = commands.add_parser(
+        "sessions",
+        help="list, show or delete sessions",
+        description=sessions_command.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sessions_command.add_arguments(sessions)
+
     mcp = commands.add_parser("mcp", help="run a built-in MCP server on stdio (for any MCP host)")
     mcp.add_argument("server", choices=["fs", "terminal", "web"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
@@ -51,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.subcommand == "run":
         return run_command.main(args)
+    if args.subcommand == "sessions":
+        return sessions_command.main(args)
     if args.subcommand == "mcp":
         return _mcp(args.server, args.args)
     if args.subcommand == "serve":

@@ -103,7 +103,7 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
         return EXIT_PERMISSION
     stop = turn.stop_reason or "end_turn"
     if stop != "end_turn":
-        error = turn.error.get("message") if isinstance(turn.error, dict) else None
+        error = getattr(turn.error, "message", None)
         print(f"crow: {error or MESSAGES.get(stop, f'the turn ended: {stop}')}", file=sys.stderr)
     return EXIT.get(stop, 1)
 

@@ -1,0 +1,165 @@
+"""``crow run`` and ``crow sessions`` against ``crow serve`` and the scripted model."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from fakemodel import Error, Hang, Text, ToolCalls
+from serve_support import write_config
+from support import ROOT
+from test_serve_tools import probe_config
+
+CROW = [sys.executable, "-m", "crow"]
+
+
+def crow(*args: str, stdin: str | None = None, cwd: str = "/tmp") -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CROW, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def configured(crow_home, scripted_model):
+    def configure(**config):
+        write_config(crow_home, scripted_model.base_url, **config)
+        return scripted_model
+
+    configure()
+    return configure
+
+
+def test_the_reply_goes_to_stdout_and_the_exit_code_is_0(configured):
+    configured().script(Text(text="Hello from the model", chunks=4))
+    result = crow("run", "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Hello from the model\n"
+    assert "Hello" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("reply", "code", "says"),
+    [
+        (Error(status=400, message="bad request body"), 1, "bad request body"),
+        (Text(text="", finish_reason="content_filter"), 3, "refused"),
+        (Text(text="cut", finish_reason="length"), 4, "output limit"),
+    ],
+)
+def test_each_stop_reason_has_its_exit_code_and_one_line(configured, reply, code, says):
+    configured().script(reply)
+    result = crow("run", "go")
+    assert result.returncode == code
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("crow: ") and says in last
+
+
+def test_max_turn_requests_has_its_own_code(configured):
+    configured(extra=probe_config(), max_steps=2).set_default(
+        ToolCalls(calls=[("probe__echo", {"text": "again"})])
+    )
+    assert crow("run", "loop").returncode == 8
+
+
+def test_a_connection_failure_is_7():
+    result = crow("run", "--command", "/nonexistent/agent", "hi")
+    assert result.returncode == 7 and result.stderr.startswith("crow: ")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+
+
+def test_the_prompt_can_come_from_stdin_and_json_lines_carry_every_update(configured):
+    model = configured()
+    model.script(Text(text="piped answer", chunks=2))
+    result = crow("run", "--json", "-", stdin="a question from a pipe")
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [line["update"]["sessionUpdate"] for line in lines]
+    assert kinds[0] in ("available_commands_update", "user_message")
+    assert "agent_message_chunk" in kinds and kinds[-1] == "state_update"
+    assert lines[-1]["update"]["stopReason"] == "end_turn"
+    assert model.requests[0]["messages"][-1]["content"][0]["text"] == "a question from a pipe"
+
+
+def test_tool_activity_goes_to_stderr(configured):
+    configured(extra=probe_config()).script(
+        ToolCalls(calls=[("probe__echo", {"text": "ping"})]), Text(text="pong")
+    )
+    result = crow("run", "use the tool")
+    assert result.stdout == "pong\n"
+    assert "✓" in result.stderr
+
+
+def test_without_a_terminal_a_permission_needs_a_flag(configured):
+    configured(extra=probe_config()).script(ToolCalls(calls=[("probe__touch", {"path": "a"})]))
+    result = crow("run", "write")
+    assert result.returncode == 6
+    assert "--yes" in result.stderr and "--no" in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "status"), [("--yes", "✓"), ("--no", "✗")])
+def test_yes_and_no_answer_permission_requests(configured, flag, status):
+    configured(extra=probe_config()).script(
+        ToolCalls(calls=[("probe__touch", {"path": "a"})]), Text(text="finished")
+    )
+    result = crow("run", flag, "write")
+    assert result.returncode == 0, result.stderr
+    assert f"{status} " in result.stderr and result.stdout == "finished\n"
+
+
+def test_ctrl_c_cancels_the_turn_with_code_5(configured):
+    model = configured()
+    model.script(Hang())
+    process = subprocess.Popen(
+        [*CROW, "run", "wait"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    model.wait_for_requests(1)
+    time.sleep(0.2)  # the model request is out; now the user presses Ctrl-C
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 5, stderr
+    assert "cancelled" in stderr
+
+
+def test_session_continues_an_earlier_one(configured):
+    model = configured()
+    model.script(Text(text="first answer"), Text(text="second answer"))
+    first = crow("run", "--json", "first question")
+    session_id = json.loads(first.stdout.splitlines()[0])["sessionId"]
+    second = crow("run", "--session", session_id, "second question")
+    assert second.returncode == 0 and second.stdout == "second answer\n"
+    history = model.requests[1]["messages"]
+    assert {"role": "assistant", "content": "first answer"} in history
+
+
+def test_run_drives_any_acp_v2_agent_with_command():
+    agent = f"{sys.executable} {ROOT / 'examples' / 'echo_agent.py'}"
+    result = crow("run", "--command", agent, "echo me")
+    assert result.returncode == 0 and result.stdout == "Echo: echo me\n"
+
+
+def test_sessions_list_show_and_delete(configured):
+    configured().script(Text(text="stored answer"))
+    first = crow("run", "--json", "remember the milk")
+    session_id = json.loads(first.stdout.splitlines()[0])["sessionId"]
+    listed = crow("sessions")
+    assert listed.returncode == 0
+    assert session_id in listed.stdout and "remember the milk" in listed.stdout
+    shown = crow("sessions", "show", session_id)
+    assert shown.stdout.splitlines()[:2] == ["you> remember the milk", "stored answer"]
+    assert crow("sessions", "delete", session_id).returncode == 0
+    assert session_id not in crow("sessions").stdout
+    missing = crow("sessions", "show", session_id)
+    assert missing.returncode == 1 and "no session" in missing.stderr
