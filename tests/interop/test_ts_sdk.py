@@ -165,3 +165,13 @@ def test_the_ts_sdk_validates_the_tool_call_surface(crow_home, scripted_model):
         if u["sessionUpdate"] == "tool_call_update" and u.get("status")
     }
     assert sorted(finals.values()) == ["completed", "completed", "failed"]
+
+
+def test_crow_run_drives_the_ts_sdk_echo_agent():
+    result = subprocess.run(
+        [sys.executable, "-m", "crow", "run", "--command", f"{TS_ECHO_AGENT} --chunks 3",
+         "hello from crow run"],
+        capture_output=True, text=True, timeout=60, cwd=TS_DIR, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Echo: hello from crow run\n"
