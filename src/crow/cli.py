@@ -13,6 +13,7 @@ import logging
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from .config import ConfigError, Paths, load_config, write_default_config
 
@@ -30,6 +31,17 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--model", help="the model to use (a configured name, or a model id)")
     serve.add_argument("--base-url", help="an OpenAI-compatible endpoint, e.g. http://host:8000/v1")
     serve.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
+    serve.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP + WebSocket at /acp instead of stdio "
+        "(port 0 picks a free port)",
+    )
+    serve.add_argument(
+        "--new-token",
+        action="store_true",
+        help="generate a bearer token for this server and print it once",
+    )
 
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
@@ -43,6 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run_command.add_arguments(run)
+
+    from .client import chat as chat_command
+
+    chat = commands.add_parser(
+        "chat",
+        help="talk with the agent at a prompt, the replies streaming as they come",
+        description=chat_command.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    chat_command.add_arguments(chat)
 
     from .client import sessions as sessions_command
 
@@ -61,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.subcommand == "run":
         return run_command.main(args)
+    if args.subcommand == "chat":
+        return chat_command.main(args)
     if args.subcommand == "sessions":
         return sessions_command.main(args)
     if args.subcommand == "mcp":
@@ -81,10 +105,32 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.http:
+        return _serve_http(config, args)
     from .agent.serve import serve_stdio  # the agent's imports are not needed for --help
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_stdio(config))
+    return 0
+
+
+def _serve_http(config: Any, args: argparse.Namespace) -> int:
+    from .agent.serve_http import ServeError, security_for, serve_http
+
+    host, _, port = args.http.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit():
+        print(f"crow: --http needs HOST:PORT, got {args.http!r}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        security = security_for(
+            host, config.server.token, args.new_token, config.server.allowed_origins
+        )
+    except ServeError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_http(config, host, int(port), security))
     return 0
 
 

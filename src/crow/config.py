@@ -136,6 +136,12 @@ class ToolSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServerSettings:
+    token: str | None = None  # the bearer token of crow serve --http
+    allowed_origins: tuple[str, ...] = ()  # web origins allowed to connect
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     paths: Paths
     providers: dict[str, ProviderSpec]
@@ -145,6 +151,7 @@ class Config:
     system_prompt: str | None = None
     max_steps: int = 25
     tools: ToolSettings = field(default_factory=ToolSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
 
 
 def load_config(
@@ -176,6 +183,17 @@ def load_config(
         system_prompt=_opt_str(source, "model.system_prompt", section.get("system_prompt")),
         max_steps=_positive_int(source, "model.max_steps", section.get("max_steps", 25)),
         tools=_tool_settings(source, data, paths),
+        server=_server_settings(source, data),
+    )
+
+
+def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
+    table = _table(source, "server", data.get("server", {}))
+    origins = table.get("allowed_origins", [])
+    if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
+        raise ConfigError(source, "server.allowed_origins", "a list of origins", origins)
+    return ServerSettings(
+        token=_opt_str(source, "server.token", table.get("token")), allowed_origins=tuple(origins)
     )
 
 

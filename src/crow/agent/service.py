@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from crow.acp import AgentSide, InvalidParams, SessionNotFound, schema
+from crow.acp import AgentSide, InvalidParams, InvalidRequest, SessionNotFound, schema
 from crow.config import Config
 from crow.models.router import ModelRouter
 from crow.store.db import SessionRecord, Store, StoreError
@@ -21,7 +21,7 @@ from crow.store.db import SessionRecord, Store, StoreError
 from . import commands
 from .content import prompt_capabilities, to_user_content
 from .recovery import close_interrupted_turns, owner_alive
-from .session import LiveSession, new_id, now
+from .session import LiveSession, new_id, now, update_frame
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 
@@ -29,9 +29,13 @@ __all__ = ["CrowAgent"]
 
 log = logging.getLogger("crow.agent")
 
+#: Sessions one connection may have open at once (each holds tool servers).
+MAX_SESSIONS_PER_CONNECTION = 64
 #: How long shutdown lets cancelled turns write their last updates.
 SHUTDOWN_TURN_WAIT_S = 0.5
-SUPPORTED_REPLAY = ("start",)
+#: Crow's own replay cursor: {"type": "_crow/after", "seq": N} replays the updates after N.
+AFTER_CURSOR = "_crow/after"
+SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
 
 
 class CrowAgent:
@@ -51,7 +55,8 @@ class CrowAgent:
                 mcp=mcp_capabilities(),
                 delete=schema.SessionDeleteCapabilities(),
                 additional_directories=schema.SessionAdditionalDirectoriesCapabilities(),
-            )
+            ),
+            meta={"crow/replayFrom": list(SUPPORTED_REPLAY)},  # Crow's resumable cursor
         )
 
     def attach(self, side: AgentSide) -> None:
@@ -90,6 +95,7 @@ class CrowAgent:
         cwd = _absolute(params.cwd, "cwd")
         dirs = _directories(params.additional_directories)
         servers = client_servers(params.mcp_servers, self.config)
+        self._check_session_limit(side)
         record = self.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
@@ -136,6 +142,8 @@ class CrowAgent:
         servers = client_servers(params.mcp_servers, self.config)
         dirs = _directories(params.additional_directories)
         session = self.live.get(record.id)
+        if session is None or side not in session.watchers:
+            self._check_session_limit(side)
         if session is None:
             if record.state != "idle" and owner_alive(record.owner_pid):
                 raise InvalidParams(
@@ -148,9 +156,9 @@ class CrowAgent:
         if not session.busy:  # the complete new set of servers and roots (§5.3)
             await session.close_tools()
             start_tools(session, self.config, servers, dirs)
-        if replay == "start":
-            for _, body in self.store.updates(record.id):
-                side.peer.send_frame(_frame(record.id, body))
+        if replay is not None:
+            for seq, body in self.store.updates(record.id, after=replay):
+                side.peer.send_frame(update_frame(record.id, body, seq))
         # Watch from here: live updates follow the replay with nothing between.
         session.watchers.add(side)
         await side.send_update(record.id, session.state_snapshot())
@@ -247,6 +255,14 @@ class CrowAgent:
         self.live[record.id] = session
         return session
 
+    def _check_session_limit(self, side: AgentSide) -> None:
+        open_here = sum(1 for s in self.live.values() if side in s.watchers)
+        if open_here >= MAX_SESSIONS_PER_CONNECTION:
+            raise InvalidRequest(
+                f"Too many open sessions on this connection (limit "
+                f"{MAX_SESSIONS_PER_CONNECTION}): close one with session/close first"
+            )
+
     def _session(self, session_id: str) -> LiveSession:
         session = self.live.get(session_id)
         if session is None:
@@ -277,12 +293,6 @@ def _bind(handler: Any, side: AgentSide) -> Any:
     return bound
 
 
-def _frame(session_id: str, body: bytes) -> bytes:
-    from .session import update_frame
-
-    return update_frame(session_id, body)
-
-
 def _absolute(path: Any, field: str) -> str:
     if not isinstance(path, str) or not os.path.isabs(path):
         raise InvalidParams(f"{field} must be an absolute path, got {path!r}", data={field: path})
@@ -295,16 +305,21 @@ def _directories(value: Any) -> list[str]:
     return [_absolute(p, "additionalDirectories") for p in value]
 
 
-def _replay_cursor(replay: Any) -> str | None:
+def _replay_cursor(replay: Any) -> int | None:
+    """Replay the updates after this seq (0: from the start); None: no replay."""
     if replay in (schema.UNSET, None):
         return None
     kind = getattr(replay, "type", None)
-    if kind not in SUPPORTED_REPLAY:
+    if kind == "start":
+        return 0
+    seq = (replay.model_extra or {}).get("seq") if kind == AFTER_CURSOR else None
+    if type(seq) is not int or seq < 0:
         raise InvalidParams(
-            f"Unsupported replay cursor {kind!r}: this agent supports {list(SUPPORTED_REPLAY)}",
+            f"Unsupported replay cursor {kind!r}: this agent supports {list(SUPPORTED_REPLAY)}"
+            f' ({AFTER_CURSOR} takes "seq", the last params._meta["crow/seq"] seen)',
             data={"replayFrom": kind},
         )
-    return str(kind)
+    return seq
 
 
 def _info(record: SessionRecord) -> schema.SessionInfo:

@@ -32,14 +32,21 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def update_frame(session_id: str, body: bytes) -> bytes:
-    """The ``session/update`` notification around an already-encoded update."""
+def update_frame(session_id: str, body: bytes, seq: int) -> bytes:
+    """The ``session/update`` notification around an already-encoded update.
+
+    ``params._meta["crow/seq"]`` is the update's place in the session's log: a
+    client that reconnects resumes with ``replayFrom: {"type": "_crow/after",
+    "seq": <last seen>}`` and gets only what it missed.
+    """
     return (
         b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
         + orjson.dumps(session_id)
         + b',"update":'
         + body
-        + b"}}"
+        + b',"_meta":{"crow/seq":'
+        + str(seq).encode()
+        + b"}}}"
     )
 
 
@@ -97,14 +104,14 @@ class LiveSession:
         if update.get("sessionUpdate") == "state_update":
             state = self.state = update["state"]
             self.stop_reason = update.get("stopReason") if state == "idle" else None
-        self.store.append_update(
+        seq = self.store.append_update(
             self.id,
             body,
             state=state,
             stop_reason=self.stop_reason if state else None,
             now=now() if state == "idle" else None,
         )
-        frame = update_frame(self.id, body)
+        frame = update_frame(self.id, body, seq)
         backed_up = []
         for watcher in self.watchers:
             watcher.peer.send_frame(frame)

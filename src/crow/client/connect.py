@@ -16,6 +16,7 @@ from importlib.metadata import version
 from typing import Any
 
 from crow.acp import AcpError, ClientSide, schema, spawn
+from crow.acp.transports.http_client import connect_url
 
 __all__ = ["AgentUnavailable", "connect", "default_command"]
 
@@ -30,20 +31,30 @@ def default_command() -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def connect(command: str | None, *, on_permission: Any = None) -> AsyncIterator[ClientSide]:
-    """An initialized client connected to the agent; closed (and the agent ended) after."""
+async def connect(
+    command: str | None,
+    *,
+    url: str | None = None,
+    token: str | None = None,
+    on_permission: Any = None,
+) -> AsyncIterator[ClientSide]:
+    """An initialized client connected to the agent: spawned from ``command`` (default
+    ``crow serve``) or reached at ``url``; closed (and a spawned agent ended) after."""
     argv = shlex.split(command) if command else default_command()
+    transport: Any
     try:
-        transport = await spawn(argv)
+        transport = await connect_url(url, token=token) if url else await spawn(argv)
     except ConnectionError as exc:
         raise AgentUnavailable(str(exc)) from None
+    if url:
+        argv = [url]
     info = schema.Implementation(name="crow", title="Crow line client", version=version("crow-cli"))
     client = ClientSide(transport, info=info, on_permission=on_permission)
     async with client:
         try:
             await client.initialize()
         except (AcpError, ConnectionError) as exc:
-            status = transport.process.returncode if transport.process else None
+            status = transport.process.returncode if getattr(transport, "process", None) else None
             detail = getattr(exc, "message", None) or str(exc) or "the connection closed"
             if status is not None:
                 detail += f" (the agent exited with status {status})"

@@ -48,6 +48,12 @@ MESSAGES = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prompt", help='the prompt, or "-" to read it from stdin')
     parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("CROW_TOKEN"),
+        help="the server's bearer token (default: $CROW_TOKEN)",
+    )
     parser.add_argument("--cwd", help="the session's directory (default: the current one)")
     parser.add_argument("--session", help="continue this session instead of starting one")
     parser.add_argument(
@@ -82,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
-    async with connect(args.command, on_permission=asker) as client:
+    async with connect(args.command, url=args.url, token=args.token, on_permission=asker) as client:
         if args.session:
             session = await client.resume_session(args.session, cwd, replay=False)
         else:

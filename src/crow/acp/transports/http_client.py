@@ -1,0 +1,199 @@
+"""ACP over streamable HTTP + SSE and WebSocket, client side (ACP-V2.md §11).
+
+``connect_url(url)`` picks the transport from the scheme: ``ws://``/``wss://``
+is a WebSocket (one text frame per message); ``http://``/``https://`` is
+streamable HTTP: the ``initialize`` POST opens the connection, every later
+message is POSTed with its ``Acp-Connection-Id`` (and ``Acp-Session-Id`` when it
+concerns a session), and what the agent sends arrives on SSE streams — the
+connection's, opened after initialize, and one per session, opened the first
+time a message names that session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+__all__ = ["HttpClientTransport", "WebSocketClientTransport", "connect_url"]
+
+log = logging.getLogger("crow.acp.http")
+
+#: Seconds to connect and to wait for a POST's answer (SSE reads have no limit).
+REQUEST_TIMEOUT_S = 30.0
+
+
+async def connect_url(url: str, *, token: str | None = None) -> Any:
+    """A transport to the ACP endpoint at ``url``.  Raises ConnectionError."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if url.startswith(("ws://", "wss://")):
+        return await WebSocketClientTransport.open(url, headers)
+    if url.startswith(("http://", "https://")):
+        return HttpClientTransport(url, headers)
+    raise ConnectionError(f"{url!r} is not an http(s):// or ws(s):// URL")
+
+
+class HttpClientTransport:
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        import httpx2
+
+        self.url = url
+        self.client = httpx2.AsyncClient(
+            headers=headers, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S, read=None)
+        )
+        self.connection_id: str | None = None
+        self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.streams: dict[str | None, asyncio.Task[None]] = {}
+        self.request_sessions: dict[Any, str] = {}  # the agent's request id -> session
+        self.closed = False
+
+    async def read_frame(self) -> bytes | None:
+        return await self.inbound.get()
+
+    async def write_frames(self, frames: Sequence[bytes]) -> None:
+        for frame in frames:
+            await self._post(frame)
+
+    async def _post(self, frame: bytes) -> None:
+        if self.closed:
+            raise ConnectionError("the HTTP connection is closed")
+        message = orjson.loads(frame)
+        if self.connection_id is None:
+            await self._initialize(frame)
+            return
+        session = self._session_of(message)
+        headers = {"Content-Type": "application/json", "Acp-Connection-Id": self.connection_id}
+        if session is not None:
+            headers["Acp-Session-Id"] = session
+            self._open_stream(session)
+        response = await self._send("POST", content=frame, headers=headers)
+        if response.status_code not in (200, 202):
+            raise ConnectionError(
+                f"the agent refused a message: HTTP {response.status_code} {response.text[:200]}"
+            )
+
+    async def _initialize(self, frame: bytes) -> None:
+        response = await self._send(
+            "POST", content=frame, headers={"Content-Type": "application/json"}
+        )
+        if response.status_code != 200:
+            raise ConnectionError(
+                f"initialize failed: HTTP {response.status_code} {response.text[:200]}"
+            )
+        self.connection_id = response.headers.get("acp-connection-id")
+        self.inbound.put_nowait(response.content)
+        if self.connection_id is not None:
+            self._open_stream(None)
+
+    async def _send(self, method: str, **kwargs: Any) -> Any:
+        import httpx2
+
+        try:
+            return await self.client.request(method, self.url, **kwargs)
+        except httpx2.HTTPError as exc:
+            raise ConnectionError(f"cannot reach {self.url}: {exc}") from exc
+
+    def _session_of(self, message: Any) -> str | None:
+        if not isinstance(message, dict):
+            return None
+        if "method" in message:
+            session = (message.get("params") or {}).get("sessionId")
+            return session if isinstance(session, str) else None
+        return self.request_sessions.pop(_key(message.get("id")), None)
+
+    def _open_stream(self, session: str | None) -> None:
+        if session not in self.streams:
+            self.streams[session] = asyncio.create_task(self._read_stream(session))
+
+    async def _read_stream(self, session: str | None) -> None:
+        import httpx2
+
+        assert self.connection_id is not None
+        headers = {"Accept": "text/event-stream", "Acp-Connection-Id": self.connection_id}
+        if session is not None:
+            headers["Acp-Session-Id"] = session
+        try:
+            async with self.client.stream("GET", self.url, headers=headers) as response:
+                if response.status_code != 200:
+                    log.warning("SSE stream refused: HTTP %s", response.status_code)
+                    return
+                async for line in response.aiter_lines():
+                    if line.startswith("data:"):
+                        self._deliver(line[5:].strip().encode(), session)
+        except httpx2.HTTPError as exc:
+            log.info("SSE stream ended: %s", exc)
+        finally:
+            if session is None:  # the connection's own stream: the connection is gone
+                self.closed = True
+                self.inbound.put_nowait(None)
+
+    def _deliver(self, frame: bytes, session: str | None) -> None:
+        if session is not None:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                message = orjson.loads(frame)
+                if isinstance(message, dict) and "method" in message and "id" in message:
+                    self.request_sessions[_key(message["id"])] = session
+        self.inbound.put_nowait(frame)
+
+    async def aclose(self) -> None:
+        if self.connection_id is not None and not self.closed:
+            with contextlib.suppress(Exception):
+                await self.client.request(
+                    "DELETE", self.url, headers={"Acp-Connection-Id": self.connection_id}
+                )
+        self.closed = True
+        for task in self.streams.values():
+            task.cancel()
+        self.inbound.put_nowait(None)
+        await self.client.aclose()
+
+
+class WebSocketClientTransport:
+    def __init__(self, socket: Any) -> None:
+        self.socket = socket
+
+    @classmethod
+    async def open(cls, url: str, headers: dict[str, str]) -> WebSocketClientTransport:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import InvalidStatus, WebSocketException
+
+        try:
+            socket = await connect(url, additional_headers=headers, max_size=None)
+        except InvalidStatus as exc:
+            raise ConnectionError(
+                f"the agent refused the WebSocket: HTTP {exc.response.status_code}"
+            ) from exc
+        except (OSError, WebSocketException) as exc:
+            raise ConnectionError(f"cannot reach {url}: {exc}") from exc
+        return cls(socket)
+
+    async def read_frame(self) -> bytes | None:
+        from websockets.exceptions import ConnectionClosed
+
+        while True:
+            try:
+                message = await self.socket.recv()
+            except ConnectionClosed:
+                return None
+            if isinstance(message, str):
+                return message.encode()
+
+    async def write_frames(self, frames: Sequence[bytes]) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            for frame in frames:
+                await self.socket.send(frame.decode())
+        except ConnectionClosed as exc:
+            raise ConnectionError("the WebSocket closed") from exc
+
+    async def aclose(self) -> None:
+        await self.socket.close()
+
+
+def _key(value: Any) -> Any:
+    return str(value) if isinstance(value, (int, str)) else value
