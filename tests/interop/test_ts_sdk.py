@@ -169,9 +169,60 @@ def test_the_ts_sdk_validates_the_tool_call_surface(crow_home, scripted_model):
 
 def test_crow_run_drives_the_ts_sdk_echo_agent():
     result = subprocess.run(
-        [sys.executable, "-m", "crow", "run", "--command", f"{TS_ECHO_AGENT} --chunks 3",
-         "hello from crow run"],
-        capture_output=True, text=True, timeout=60, cwd=TS_DIR, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "crow",
+            "run",
+            "--command",
+            f"{TS_ECHO_AGENT} --chunks 3",
+            "hello from crow run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=TS_DIR,
+        stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "Echo: hello from crow run\n"
+
+
+@pytest.mark.parametrize("transport", ["http", "ws"])
+def test_the_ts_sdk_http_and_websocket_clients_drive_crow_serve_http(
+    crow_home, scripted_model, transport
+):
+    from fakemodel import Text
+    from serve_support import write_config
+    from test_serve_http import HttpServer
+
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.set_default(Text(text="Hello over the wire", chunks=3))
+    server = HttpServer()
+    try:
+        url = server.url if transport == "http" else server.ws_url
+        result = subprocess.run(
+            [
+                "node",
+                str(TS_DIR / "drive_http.mjs"),
+                "--url",
+                url,
+                "--transport",
+                transport,
+                "--prompt",
+                "hello",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=TS_DIR,
+        )
+        report = json.loads(result.stdout)
+        assert report["ok"], f"{report.get('error')}\n{result.stderr}"
+        assert report["stopReason"] == "end_turn"
+        assert report["agentText"] == "Hello over the wire"
+        user = next(u for u in report["liveUpdates"] if u["sessionUpdate"] == "user_message")
+        assert user["messageId"] == report["promptResponse"]["messageId"]
+        assert user["messageId"] in [u.get("messageId") for u in report["replayUpdates"]]
+    finally:
+        server.stop()

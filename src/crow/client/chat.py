@@ -1,0 +1,504 @@
+"""``crow chat``: a line REPL on the client role, for people at a terminal.
+
+    Enter                    send the prompt
+    Alt-Enter, Esc Enter     a new line (so does a line that ends with ``\\``)
+    Tab                      complete the agent's slash commands (``/help`` lists them)
+    Up, Down                 the input history ($CROW_HOME/history)
+    Ctrl-C                   cancel the running turn; a second one leaves
+    Ctrl-C (empty prompt)    leave; on a line with text it clears the line
+    Ctrl-D                   leave
+
+The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
+notes go to stderr as short lines, and a small spinner on stderr says the
+agent is working while nothing is being written.  A turn that ends other than
+with ``end_turn`` says so in one line, such as ``[cancelled]``.  With
+``--session ID`` the session's history is replayed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO, cast
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.application import get_app
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+from prompt_toolkit.filters import Condition
+from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.input import Input, create_input
+from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+from prompt_toolkit.keys import Keys
+from prompt_toolkit.output import Output, create_output
+
+from crow.acp import AcpError, ClientSide, Message, Session, ToolCall, schema
+from crow.config import Paths
+
+from .asking import CANCELLED, _choose, _selected
+from .connect import AgentUnavailable, connect
+from .render import TextRenderer, activity, is_note
+
+__all__ = ["add_arguments", "main"]
+
+EXIT_CONNECTION, EXIT_INTERRUPTED = 7, 130
+PROMPT = "you> "
+CONTINUATION = "  .. "
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+SPIN_EVERY_S = 0.1
+QUIET_BEFORE_SPIN_S = 0.3  # the spinner appears only after this long without output
+ERASE = "\r\x1b[K"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
+    parser.add_argument("--session", help="resume this session, replaying its history first")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_chat(args))
+    except AgentUnavailable as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except (AcpError, ConnectionError) as exc:
+        detail = getattr(exc, "message", None) or str(exc) or "the agent went away"
+        print(f"crow: {detail}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    screen = Screen(sys.stdout, sys.stderr)
+    chat = Chat(screen)
+    async with connect(args.command, on_permission=chat.answer) as client:
+        if args.session:
+            cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
+            session = await client.resume_session(args.session, os.path.abspath(cwd), replay=True)
+            chat.replay(session)
+        else:
+            session = await client.new_session(os.path.abspath(args.cwd or os.getcwd()))
+        screen.line(
+            f"crow: session {session.id} — /help lists commands, Ctrl-D leaves",
+        )
+        chat.attach(client, session)
+        return await chat.run()
+
+
+async def _session_cwd(client: ClientSide, session_id: str) -> str | None:
+    """The directory a stored session belongs to, from ``session/list``."""
+    cursor: str | None = None
+    try:
+        for _ in range(1000):
+            page = await client.list_sessions(cursor=cursor)
+            for info in page.sessions:
+                if info.session_id == session_id:
+                    return str(info.cwd)
+            if page.next_cursor in (schema.UNSET, None):
+                return None
+            cursor = str(page.next_cursor)
+    except AcpError:
+        return None  # an agent without session/list: the caller falls back
+    return None
+
+
+class Screen:
+    """The terminal: the reply on stdout, lines on stderr, and the spinner between them.
+
+    Every write erases the spinner first, and the spinner is only drawn at the
+    start of a line, so it never lands inside the reply.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO) -> None:
+        self.out = out
+        self.err = err
+        self.at_line_start = True
+        self.spinning = False  # a turn runs: the spinner may be drawn
+        self.shown = False  # the spinner is on the screen now
+        self.quiet_since = time.monotonic()
+        self.frame = 0
+        self.can_spin = _isatty(err)
+
+    def write(self, text: str) -> None:
+        """Reply text, as it streams."""
+        if not text:
+            return
+        self.erase()
+        self.out.write(text)
+        self.out.flush()
+        self.at_line_start = text.endswith("\n")
+        self.quiet_since = time.monotonic()
+
+    def line(self, text: str) -> None:
+        """A line of its own on stderr."""
+        self.erase()
+        if not self.at_line_start:
+            self.out.write("\n")
+            self.out.flush()
+        self.err.write(text + "\n")
+        self.err.flush()
+        self.at_line_start = True
+        self.quiet_since = time.monotonic()
+
+    def erase(self) -> None:
+        if self.shown:
+            self.err.write(ERASE)
+            self.err.flush()
+            self.shown = False
+
+    def tick(self) -> None:
+        if not (self.can_spin and self.spinning and self.at_line_start):
+            return
+        if time.monotonic() - self.quiet_since < QUIET_BEFORE_SPIN_S:
+            return
+        self.err.write(f"\r{SPINNER[self.frame % len(SPINNER)]} working…")
+        self.err.flush()
+        self.shown = True
+        self.frame += 1
+
+    @contextlib.contextmanager
+    def spinner(self) -> Iterator[None]:
+        """Spin (when quiet) for the duration of the block; erased after."""
+        self.spinning, self.quiet_since = True, time.monotonic()
+        try:
+            yield
+        finally:
+            self.spinning = False
+            self.erase()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No spinner while someone is asked something."""
+        spinning, self.spinning = self.spinning, False
+        self.erase()
+        try:
+            yield
+        finally:
+            self.spinning, self.quiet_since = spinning, time.monotonic()
+
+
+class _ReplyStream:
+    """What ``TextRenderer`` writes to: the screen's stdout side."""
+
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
+
+    def write(self, text: str) -> int:
+        self.screen.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+class CommandCompleter(Completer):
+    """``/name`` from the session's available commands, the description as meta."""
+
+    def __init__(self) -> None:
+        self.session: Session | None = None
+
+    def commands(self) -> list[Any]:
+        if self.session is None:
+            return []
+        announced = self.session.projection.commands
+        if announced:
+            return announced
+        listed = getattr(self.session.response, "available_commands", None)
+        return list(listed) if isinstance(listed, list) else []
+
+    def get_completions(
+        self, document: Document, complete_event: CompleteEvent
+    ) -> Iterable[Completion]:
+        text = document.text_before_cursor
+        if not text.startswith("/") or any(c.isspace() for c in text):
+            return
+        for command in self.commands():
+            name = f"/{command.name}"
+            if name.startswith(text):
+                yield Completion(
+                    name, start_position=-len(text), display_meta=command.description or ""
+                )
+
+
+def _bindings() -> KeyBindings:
+    bindings = KeyBindings()
+
+    @bindings.add("escape", "enter")
+    def _newline(event: KeyPressEvent) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @Condition
+    def continued() -> bool:
+        document = get_app().current_buffer.document
+        return document.is_cursor_at_the_end and document.text.endswith("\\")
+
+    @bindings.add("enter", filter=continued)
+    def _continue(event: KeyPressEvent) -> None:
+        event.current_buffer.delete_before_cursor(1)
+        event.current_buffer.insert_text("\n")
+
+    @bindings.add("c-c")
+    def _interrupt(event: KeyPressEvent) -> None:
+        if event.current_buffer.text:
+            event.current_buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
+
+    return bindings
+
+
+def _history() -> History:
+    home = Paths.from_env().home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "history").touch()
+    except OSError:
+        return InMemoryHistory()
+    return FileHistory(str(home / "history"))
+
+
+class Chat:
+    """The REPL: prompts between turns, and a turn's output, keys and questions."""
+
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
+        self.completer = CommandCompleter()
+        self.input: Input | None = None
+        self.output: Output | None = None
+        self.client: ClientSide | None = None
+        self.session: Session | None = None
+        self.renderer: TextRenderer | None = None  # set while a turn runs
+        self.presses = 0
+        self.leave = asyncio.Event()
+        self.cancelling: list[asyncio.Task[None]] = []
+        self.typeahead = ""
+        self.asking = asyncio.Lock()  # one permission question at a time
+
+    # ---- setup -----------------------------------------------------------------
+    def attach(self, client: ClientSide, session: Session) -> None:
+        self.client, self.session = client, session
+        self.completer.session = session
+        client.on_update(self.on_update)
+
+    def replay(self, session: Session) -> None:
+        """Print the history a resume with replay rebuilt in the projection."""
+        projection = session.projection
+        for entry in projection.entries:
+            if isinstance(entry, Message):
+                self._replay_message(session, entry)
+            elif isinstance(entry, ToolCall):
+                update = schema.ToolCallUpdateVariant(
+                    tool_call_id=entry.tool_call_id,
+                    status=entry.status,
+                    raw_output=entry.fields.get("raw_output", schema.UNSET),
+                )
+                note = activity(projection, update)
+                if note:
+                    self.screen.line(note)
+
+    def _replay_message(self, session: Session, message: Message) -> None:
+        projection = session.projection
+        if message.role == "user":
+            self.screen.line(PROMPT + message.text.replace("\n", "\n" + CONTINUATION))
+        elif message.role == "thought":
+            note = activity(projection, schema.AgentThought(message_id=message.message_id))
+            if note:
+                self.screen.line(note)
+        elif is_note(message.meta):
+            update = schema.AgentMessage(message_id=message.message_id, meta=message.meta)
+            note = activity(projection, update)
+            if note:
+                self.screen.line(note)
+        elif message.text:
+            self.screen.write(message.text)
+            if not message.text.endswith("\n"):
+                self.screen.write("\n")
+
+    # ---- the loop --------------------------------------------------------------
+    async def run(self) -> int:
+        self.input = create_input(sys.stdin)
+        self.output = create_output(sys.stdout)
+        prompts: PromptSession[str] = PromptSession(
+            history=_history(),
+            completer=self.completer,
+            complete_while_typing=True,
+            reserve_space_for_menu=6,
+            key_bindings=_bindings(),
+            multiline=False,
+            prompt_continuation=CONTINUATION,
+            input=self.input,
+            output=self.output,
+        )
+        # Raw mode all along (prompt_toolkit nests its own): Ctrl-C is a key, never a
+        # SIGINT that the agent (in our process group) would get too; nothing echoes.
+        with self.input.raw_mode():
+            while True:
+                default, self.typeahead = self.typeahead, ""
+                try:
+                    text = await prompts.prompt_async(PROMPT, default=default)
+                except (KeyboardInterrupt, EOFError):
+                    return 0
+                if not text.strip():
+                    continue
+                if await self.turn(text.strip()):
+                    return 0
+
+    async def turn(self, text: str) -> bool:
+        """Send one prompt and show its turn; True when the person chose to leave."""
+        assert self.session is not None
+        session = self.session
+        self.renderer = TextRenderer(session.projection, cast(TextIO, _ReplyStream(self.screen)))
+        self.presses, self.leave = 0, asyncio.Event()
+        spinning = asyncio.create_task(self._spin())
+        try:
+            with self.screen.spinner(), self._keys():
+                try:
+                    turn = await session.prompt(text)
+                except AcpError as exc:
+                    self.screen.line(f"crow: {exc.message or exc}")
+                    return False
+                waiting = asyncio.create_task(session.wait(turn))
+                leaving = asyncio.create_task(self.leave.wait())
+                done, _ = await asyncio.wait(
+                    {waiting, leaving}, return_when=asyncio.FIRST_COMPLETED
+                )
+                waiting.cancel()
+                leaving.cancel()
+                if waiting not in done:
+                    return True
+                waiting.result()  # ConnectionError when the agent went away
+        finally:
+            spinning.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await spinning
+            for cancelling in self.cancelling:
+                with contextlib.suppress(Exception):
+                    await cancelling
+            self.cancelling.clear()
+            self.renderer.finish()
+            self.renderer = None
+        stop = turn.stop_reason or "end_turn"
+        if stop == "error":
+            message = _error_message(turn.error)
+            self.screen.line(f"[error: {message}]" if message else "[error]")
+        elif stop != "end_turn":
+            self.screen.line(f"[{stop}]")
+        return False
+
+    async def _spin(self) -> None:
+        while True:
+            await asyncio.sleep(SPIN_EVERY_S)
+            self.screen.tick()
+
+    # ---- while a turn runs -----------------------------------------------------
+    def on_update(self, session_id: str, update: Any) -> None:
+        session, renderer = self.session, self.renderer
+        if session is None or session_id != session.id or renderer is None:
+            return  # between turns nothing is written over the prompt
+        renderer.update(update)
+        note = activity(session.projection, update)
+        if note:
+            if not renderer.ends_with_newline:
+                renderer.finish()
+            self.screen.line(note)
+
+    @contextlib.contextmanager
+    def _keys(self) -> Iterator[None]:
+        """Read keys during the turn: Ctrl-C interrupts, typing waits for the next prompt."""
+        loop = asyncio.get_running_loop()
+        with contextlib.ExitStack() as stack:
+            if self.input is not None and sys.stdin.isatty():
+                stack.enter_context(self.input.attach(self._on_keys))
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, self.interrupt)  # kill -INT, too
+                stack.callback(loop.remove_signal_handler, signal.SIGINT)
+            yield
+
+    def _on_keys(self) -> None:
+        assert self.input is not None
+        for press in self.input.read_keys():
+            if press.key == Keys.ControlC:
+                self.interrupt()
+            elif not isinstance(press.key, Keys) and press.key.isprintable():
+                self.typeahead += press.key
+        if self.input.closed:
+            self.leave.set()
+
+    def interrupt(self) -> None:
+        """Ctrl-C in a turn: the first cancels it, the next one leaves."""
+        if self.renderer is None or self.session is None:
+            return
+        self.presses += 1
+        if self.presses > 1:
+            self.leave.set()
+            return
+        if not self.renderer.ends_with_newline:
+            self.renderer.finish()
+        self.screen.line("^C cancelling… (Ctrl-C again to leave)")
+        self.cancelling.append(asyncio.create_task(self.session.cancel()))
+
+    async def answer(self, request: schema.RequestPermissionRequest) -> Any:
+        """A permission question, asked inline with prompt_toolkit on the event loop."""
+        options = list(request.options)
+        async with self.asking:
+            if self.renderer is not None and not self.renderer.ends_with_newline:
+                self.renderer.finish()
+            with self.screen.paused():
+                self.screen.line(f"? {request.title}")
+                description = getattr(request, "description", None)
+                if isinstance(description, str) and description:
+                    self.screen.line(f"  {description}")
+                for number, option in enumerate(options, 1):
+                    self.screen.line(f"  {number}) {option.name}")
+                return await self._choose(options)
+
+    async def _choose(self, options: list[Any]) -> Any:
+        question: PromptSession[str] = PromptSession(input=self.input, output=self.output)
+        while True:
+            try:
+                answer = await question.prompt_async(
+                    f"choose 1-{len(options)} [1]: ", handle_sigint=False
+                )
+            except KeyboardInterrupt:
+                self.interrupt()  # as Ctrl-C in the turn: cancel it
+                return CANCELLED
+            except EOFError:
+                return CANCELLED
+            choice = _pick(options, answer)
+            if choice is not None:
+                return _selected(choice)
+            self.screen.line(f"  answer a number from 1 to {len(options)}, y or n")
+
+
+def _pick(options: list[Any], answer: str) -> str | None:
+    answer = answer.strip().lower() or "1"
+    if answer.isdigit() and 1 <= int(answer) <= len(options):
+        return str(options[int(answer) - 1].option_id)
+    if answer in ("y", "yes"):
+        return _choose(options, "allow_once")
+    if answer in ("a", "always"):
+        return _choose(options, "allow_always")
+    if answer in ("n", "no"):
+        return _choose(options, "reject_once")
+    return None
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _error_message(error: Any) -> str | None:
+    fields = error if isinstance(error, dict) else getattr(error, "__dict__", {})
+    message = fields.get("message")
+    return message if isinstance(message, str) and message else None

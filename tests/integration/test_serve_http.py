@@ -1,0 +1,383 @@
+"""``crow serve --http``: the HTTP + SSE and WebSocket transports, many clients, security."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+from fakemodel import Text, ToolCalls
+from serve_support import write_config
+from test_serve_tools import probe_config
+
+from crow.acp import ClientSide, schema
+from crow.acp.transports.http_client import connect_url
+
+CLIENT_INFO = schema.Implementation(name="http-test", version="0")
+
+
+class HttpServer:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0", *args],
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            found = re.search(r"serving ACP at (http://\S+)", line)
+            if found:
+                self.url = found.group(1)
+                break
+            self.first_lines = getattr(self, "first_lines", "") + line
+        else:
+            raise RuntimeError("crow serve --http did not start")
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            assert self.process.stderr is not None
+            self.process.stderr.close()
+
+
+@pytest.fixture
+def server(crow_home, scripted_model) -> Iterator[HttpServer]:
+    write_config(crow_home, scripted_model.base_url, extra=probe_config())
+    running = HttpServer()
+    yield running
+    running.stop()
+
+
+def post(url: str, body: Any, **headers: str) -> httpx2.Response:
+    return httpx2.post(
+        url,
+        content=json.dumps(body),
+        headers={"Content-Type": "application/json", **headers},
+        timeout=10,
+    )
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": 2, "info": {"name": "t", "version": "1"}},
+}
+
+
+# ---- the HTTP surface (§11) --------------------------------------------------------
+def test_initialize_opens_a_connection_and_other_posts_are_accepted(server):
+    opened = post(server.url, INIT)
+    assert opened.status_code == 200 and opened.json()["result"]["protocolVersion"] == 2
+    connection = opened.headers["acp-connection-id"]
+    listed = post(
+        server.url,
+        {"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}},
+        **{"Acp-Connection-Id": connection},
+    )
+    assert listed.status_code == 202 and listed.content == b""
+    with httpx2.stream(
+        "GET",
+        server.url,
+        headers={"Accept": "text/event-stream", "Acp-Connection-Id": connection},
+        timeout=10,
+    ) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                assert json.loads(line[5:])["id"] == 2
+                break
+    gone = httpx2.request("DELETE", server.url, headers={"Acp-Connection-Id": connection})
+    assert gone.status_code == 202
+    after = post(
+        server.url,
+        {"jsonrpc": "2.0", "id": 3, "method": "session/list"},
+        **{"Acp-Connection-Id": connection},
+    )
+    assert after.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "headers", "status"),
+    [
+        ("POST", INIT, {"Content-Type": "text/plain"}, 415),
+        ("POST", {"jsonrpc": "2.0", "id": 1, "method": "session/list"}, {}, 400),
+        (
+            "POST",
+            {"jsonrpc": "2.0", "id": 1, "method": "session/list"},
+            {"Acp-Connection-Id": "nope"},
+            404,
+        ),
+        ("POST", [INIT], {}, 400),
+        ("GET", None, {"Acp-Connection-Id": "nope"}, 406),
+        ("GET", None, {"Accept": "text/event-stream"}, 400),
+        ("GET", None, {"Accept": "text/event-stream", "Acp-Connection-Id": "nope"}, 404),
+        ("PUT", None, {}, 405),
+    ],
+)
+def test_bad_requests_get_their_status_codes(server, method, body, headers, status):
+    content = json.dumps(body).encode() if body is not None else None
+    if method == "POST":
+        headers = {"Content-Type": "application/json", **headers}
+    response = httpx2.request(method, server.url, content=content, headers=headers, timeout=10)
+    assert response.status_code == status
+
+
+def test_a_second_reader_of_one_stream_is_refused(server):
+    connection = post(server.url, INIT).headers["acp-connection-id"]
+    headers = {"Accept": "text/event-stream", "Acp-Connection-Id": connection}
+    with httpx2.stream("GET", server.url, headers=headers, timeout=10) as first:
+        assert first.status_code == 200
+        assert httpx2.get(server.url, headers=headers, timeout=10).status_code == 409
+
+
+# ---- clients ----------------------------------------------------------------------
+async def client_for(url: str, **kwargs: Any) -> ClientSide:
+    client = ClientSide(await connect_url(url), info=CLIENT_INFO, **kwargs)
+    await client.__aenter__()
+    await client.initialize()
+    return client
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+async def test_a_full_turn_over_each_transport(server, scripted_model, scheme):
+    scripted_model.script(Text(text="Hello over the network", chunks=3))
+    client = await client_for(server.url if scheme == "http" else server.ws_url)
+    async with asyncio.timeout(20):
+        session = await client.new_session("/tmp")
+        turn = await session.run("hi")
+        assert turn.stop_reason == "end_turn"
+        assert session.projection.text() == "Hello over the network"
+        resumed = await client.resume_session(session.id, "/tmp")
+        assert resumed.projection.text() == "Hello over the network"
+        await resumed.close()
+    await client.aclose()
+
+
+def wire(client: ClientSide, session_id: str) -> list[dict[str, Any]]:
+    return [u for sid, u in client.seen if sid == session_id]  # type: ignore[attr-defined]
+
+
+def recording(client: ClientSide) -> ClientSide:
+    client.seen = []  # type: ignore[attr-defined]
+    client.on_update(lambda sid, u: client.seen.append((sid, u.to_wire())))  # type: ignore
+    return client
+
+
+async def test_two_clients_see_the_same_updates_in_the_same_order(server, scripted_model):
+    scripted_model.script(
+        Text(text="one two three four five six seven eight", chunks=8, delay_s=0.1)
+    )
+    first = recording(await client_for(server.url))
+    second = recording(await client_for(server.ws_url))
+    async with asyncio.timeout(30):
+        session = await first.new_session("/tmp")
+        turn = await session.prompt("count")
+        while "one" not in session.projection.text():
+            await first.next_update(session.id)
+        watcher = await second.resume_session(session.id, "/tmp", replay=True)
+        await session.wait(turn)
+        while watcher.projection.state != "idle" or not watcher.projection.stop_reason:
+            await second.next_update(session.id)
+    seen_first, seen_second = wire(first, session.id), wire(second, session.id)
+    snapshot = next(
+        i
+        for i, u in enumerate(seen_second)
+        if u.get("sessionUpdate") == "state_update"
+        and u["state"] == "running"
+        and i > 0
+        and seen_second[i - 1].get("sessionUpdate") != "user_message"
+    )
+    # The second client got the replay, then the current state, then the same live updates.
+    without_snapshot = seen_second[:snapshot] + seen_second[snapshot + 1 :]
+    assert without_snapshot == seen_first
+    assert watcher.projection.text() == session.projection.text()
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_client_that_reconnects_misses_nothing_and_gets_nothing_twice(
+    server, scripted_model
+):
+    scripted_model.script(Text(text="a b c d e f g h i j", chunks=10, delay_s=0.1))
+    first = await client_for(server.ws_url)
+    seqs: list[int] = []
+    received: list[dict[str, Any]] = []
+    first.peer_seq_hook = True  # type: ignore[attr-defined]
+    original = first.peer._on_notification  # type: ignore[attr-defined]
+
+    async def keep_seq(method: str, params: Any) -> None:
+        if method == "session/update":
+            seqs.append(params["_meta"]["crow/seq"])
+            received.append(params["update"])
+        await original(method, params)
+
+    first.peer._on_notification = keep_seq  # type: ignore[attr-defined]
+    async with asyncio.timeout(30):
+        session = await first.new_session("/tmp")
+        await session.prompt("letters")
+        while len([u for u in received if u["sessionUpdate"] == "agent_message_chunk"]) < 3:
+            await first.next_update(session.id)
+        await first.aclose()  # the connection drops mid-turn
+        last = seqs[-1]
+        await asyncio.sleep(0.3)  # more updates are sent while nobody listens
+        second = recording(await client_for(server.url))
+        await second.call(
+            "session/resume",
+            schema.ResumeSessionRequest.model_validate(
+                {
+                    "sessionId": session.id,
+                    "cwd": "/tmp",
+                    "replayFrom": {"type": "_crow/after", "seq": last},
+                }
+            ),
+        )
+        projection = second.projection(session.id)
+        while not projection.stop_reason:
+            await second.next_update(session.id)
+    missed = [
+        u
+        for _, u in second.seen
+        if not (  # type: ignore[attr-defined]
+            u.get("sessionUpdate") == "state_update" and u.get("state") == "running"
+        )
+    ]
+    whole = received + missed
+    chunks = "".join(
+        u["content"]["text"] for u in whole if u["sessionUpdate"] == "agent_message_chunk"
+    )
+    assert chunks == "a b c d e f g h i j"
+    assert whole[-1]["stopReason"] == "end_turn"
+    await second.aclose()
+
+
+async def test_a_permission_answered_by_one_client_resolves_it_for_both(server, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "shared.txt"})]), Text(text="written")
+    )
+    asked_first, asked_second = asyncio.Event(), asyncio.Event()
+    withdrawn = asyncio.Event()
+
+    async def approve(request: Any) -> Any:
+        asked_first.set()
+        await asked_second.wait()
+        return schema.RequestPermissionResponse(
+            outcome=schema.SelectedPermissionOutcome(option_id="allow_once")
+        )
+
+    async def never(request: Any) -> Any:
+        asked_second.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            withdrawn.set()
+            raise
+
+    first = await client_for(server.url, on_permission=approve)
+    second = await client_for(server.ws_url, on_permission=never)
+    async with asyncio.timeout(30):
+        session = await first.new_session("/tmp")
+        await second.resume_session(session.id, "/tmp")
+        turn = await session.prompt("write it")
+        await asked_first.wait()
+        await session.wait(turn)
+        await withdrawn.wait()  # the other client's question was withdrawn
+    assert turn.stop_reason == "end_turn"
+    statuses = [c.status for c in session.projection.tool_calls.values()]
+    assert statuses == ["completed"]
+    await first.aclose()
+    await second.aclose()
+
+
+async def test_a_client_that_disconnects_does_not_stop_the_turn(server, scripted_model):
+    scripted_model.script(Text(text="finished anyway", chunks=5, delay_s=0.1))
+    first = await client_for(server.url)
+    async with asyncio.timeout(30):
+        session = await first.new_session("/tmp")
+        await session.prompt("go")
+        await first.aclose()  # gone before the model has even answered
+        second = await client_for(server.url)
+        resumed = await second.resume_session(session.id, "/tmp", replay=True)
+        while not resumed.projection.stop_reason:
+            await second.next_update(session.id)
+    assert resumed.projection.text() == "finished anyway"
+    assert resumed.projection.stop_reason == "end_turn"
+    await second.aclose()
+
+
+# ---- security ---------------------------------------------------------------------
+def test_a_non_loopback_bind_without_a_token_refuses_to_start(crow_home):
+    result = subprocess.run(
+        [sys.executable, "-m", "crow", "serve", "--http", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2
+    assert "token" in result.stderr and result.stderr.startswith("crow: ")
+
+
+@pytest.fixture
+def token_server(crow_home, scripted_model) -> Iterator[HttpServer]:
+    write_config(
+        crow_home,
+        scripted_model.base_url,
+        extra='[tools]\nbuiltin = []\n\n[server]\ntoken = "s3cret"\n',
+    )
+    running = HttpServer()
+    yield running
+    running.stop()
+
+
+def test_requests_without_the_token_get_401_before_any_acp(token_server):
+    assert post(token_server.url, INIT).status_code == 401
+    assert post(token_server.url, INIT, Authorization="Bearer wrong").status_code == 401
+    ok = post(token_server.url, INIT, Authorization="Bearer s3cret")
+    assert ok.status_code == 200
+
+
+async def test_a_websocket_without_the_token_is_refused(token_server):
+    with pytest.raises(ConnectionError):
+        await connect_url(token_server.ws_url)
+    transport = await connect_url(token_server.ws_url, token="s3cret")
+    await transport.aclose()
+
+
+def test_new_token_is_generated_and_printed_once(crow_home, scripted_model):
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    running = HttpServer("--new-token")
+    try:
+        token = re.search(r"token for this server is (\S+)", running.first_lines).group(1)
+        assert post(running.url, INIT).status_code == 401
+        assert post(running.url, INIT, Authorization=f"Bearer {token}").status_code == 200
+    finally:
+        running.stop()
+
+
+def test_a_foreign_origin_is_refused(server):
+    response = post(server.url, INIT, Origin="https://evil.example")
+    assert response.status_code == 403
+    assert post(server.url, INIT).status_code == 200
+
+
+def test_an_oversized_body_is_refused_with_413(server):
+    big = {**INIT, "params": {**INIT["params"], "_meta": {"pad": "x" * (65 * 1024 * 1024)}}}
+    assert post(server.url, big).status_code == 413
