@@ -58,6 +58,10 @@ class TranscriptEntry:
     message: dict[str, Any]
 
 
+_APPEND = (
+    "INSERT INTO updates (session_id, seq, body) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1"
+    " FROM updates WHERE session_id = ?), ?) RETURNING seq"
+)
 _SESSION_COLUMNS = (
     "id, cwd, additional_directories, title, created_at, updated_at, state, stop_reason, "
     "config, owner_pid, deleted"
@@ -207,13 +211,12 @@ class Store:
         ``state`` (with ``stop_reason``) records a state_update on the session
         in the same transaction.
         """
+        if state is None and now is None:  # one statement: its own transaction
+            rows = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()
+            return int(rows[0][0])  # fetchall: the statement (and its commit) completes
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            seq = self.db.execute(
-                "INSERT INTO updates (session_id, seq, body) VALUES (?, (SELECT COALESCE(MAX(seq),"
-                " 0) + 1 FROM updates WHERE session_id = ?), ?) RETURNING seq",
-                (session_id, session_id, body.decode()),
-            ).fetchone()[0]
+            seq = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()[0][0]
             if state is not None:
                 self.db.execute(
                     "UPDATE sessions SET state = ?, stop_reason = ? WHERE id = ?",
@@ -248,12 +251,12 @@ class Store:
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
     ) -> int:
-        row = self.db.execute(
+        rows = self.db.execute(
             "INSERT INTO transcript (session_id, seq, kind, body) VALUES (?, (SELECT COALESCE("
             "MAX(seq), 0) + 1 FROM transcript WHERE session_id = ?), ?, ?) RETURNING seq",
             (session_id, session_id, kind, json.dumps(message)),
-        ).fetchone()
-        return int(row[0])
+        ).fetchall()
+        return int(rows[0][0])
 
     def transcript(self, session_id: str) -> list[TranscriptEntry]:
         """What the model sees: the latest summary (if any) and every message after it."""
