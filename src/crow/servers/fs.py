@@ -34,6 +34,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ._stdio import run_stdio
 from .roots import OutsideRoots, Roots
 
 __all__ = ["FsError", "FsTools", "build_server", "main"]
@@ -638,12 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in dirs:
         if not d.is_dir():
             parser.error(f"--root {d}: not a directory")
-    server = build_server(Roots(cwd=dirs[0], extra=tuple(dirs[1:])))
-    try:
-        server.run("stdio")
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_stdio(build_server(Roots(cwd=dirs[0], extra=tuple(dirs[1:]))))
 
 
 if __name__ == "__main__":

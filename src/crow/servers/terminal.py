@@ -61,6 +61,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ._stdio import run_stdio
+
 __all__ = ["build_server", "main"]
 
 logger = logging.getLogger(__name__)
@@ -798,17 +800,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--cwd {cwd}: not a directory")
     if args.timeout <= 0:
         parser.error("--timeout must be positive")
-    # Stdout carries the protocol: logs go to stderr, warnings only (the SDK logs each request
-    # at INFO otherwise).
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="%(name)s %(levelname)s: %(message)s"
-    )
-    server = build_server(cwd, default_timeout_s=args.timeout)
-    try:
-        server.run("stdio")
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_stdio(build_server(cwd, default_timeout_s=args.timeout))
 
 
 if __name__ == "__main__":

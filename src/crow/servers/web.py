@@ -25,6 +25,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ._stdio import run_stdio
+
 __all__ = ["build_server", "html_to_text", "main"]
 
 logger = logging.getLogger(__name__)
@@ -582,16 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         help="stderr log level (default: WARNING)",
     )
     args = parser.parse_args(argv)
-    # Configure the root logger first, so the SDK's own basicConfig is a no-op: stderr only.
-    logging.basicConfig(
-        stream=sys.stderr, level=args.log_level, format="%(name)s %(levelname)s: %(message)s"
-    )
-    server = build_server(search_url=args.search_url)
-    try:
-        server.run("stdio")
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run_stdio(build_server(search_url=args.search_url), log_level=args.log_level)
 
 
 if __name__ == "__main__":
