@@ -13,16 +13,18 @@ import contextlib
 import logging
 from typing import Any
 
-from crow.acp import AcpError, AgentSide, schema
+from crow.acp import AcpError, schema
+
+from .watchers import Watcher
 
 __all__ = ["ask_watchers"]
 
 log = logging.getLogger("crow.agent")
 
 
-async def ask_watchers(watchers: set[AgentSide], params: schema.RequestPermissionRequest) -> Any:
+async def ask_watchers(watchers: set[Watcher], params: schema.RequestPermissionRequest) -> Any:
     """The first answer's outcome (a RequestPermissionOutcome), or None if nobody answered."""
-    tasks = {asyncio.create_task(side.request_permission(params)) for side in watchers}
+    tasks = {asyncio.create_task(watcher.request_permission(params)) for watcher in watchers}
     try:
         while tasks:
             done, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

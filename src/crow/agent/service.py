@@ -21,9 +21,10 @@ from crow.store.db import SessionRecord, Store, StoreError
 from . import commands
 from .content import prompt_capabilities, to_user_content
 from .recovery import close_interrupted_turns, owner_alive
-from .session import LiveSession, new_id, now, update_frame
+from .session import LiveSession, new_id, now
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
+from .watchers import V2Watcher, update_frame
 
 __all__ = ["CrowAgent"]
 
@@ -76,7 +77,7 @@ class CrowAgent:
 
     def detach(self, side: AgentSide) -> None:
         for session in self.live.values():
-            session.watchers.discard(side)
+            session.watchers.discard(V2Watcher(side))
 
     async def shutdown(self) -> None:
         """Cancel running turns; each ends with idle/cancelled in the store."""
@@ -104,7 +105,7 @@ class CrowAgent:
             config={"model": self.config.chain[0]},
         )
         session = self._activate(record)
-        session.watchers.add(side)
+        session.watchers.add(V2Watcher(side))
         start_tools(session, self.config, servers, dirs)
         side.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
         return schema.NewSessionResponse(
@@ -142,7 +143,7 @@ class CrowAgent:
         servers = client_servers(params.mcp_servers, self.config)
         dirs = _directories(params.additional_directories)
         session = self.live.get(record.id)
-        if session is None or side not in session.watchers:
+        if session is None or V2Watcher(side) not in session.watchers:
             self._check_session_limit(side)
         if session is None:
             if record.state != "idle" and owner_alive(record.owner_pid):
@@ -160,7 +161,7 @@ class CrowAgent:
             for seq, body in self.store.updates(record.id, after=replay):
                 side.peer.send_frame(update_frame(record.id, body, seq))
         # Watch from here: live updates follow the replay with nothing between.
-        session.watchers.add(side)
+        session.watchers.add(V2Watcher(side))
         await side.send_update(record.id, session.state_snapshot())
         return schema.ResumeSessionResponse(
             config_options=self._config_options(session),
@@ -172,7 +173,7 @@ class CrowAgent:
         if session is None:
             return  # unknown or already closed: success (§5.4)
         await self._stop_turn(session)
-        session.watchers.discard(side)
+        session.watchers.discard(V2Watcher(side))
         if not session.watchers:
             del self.live[session.id]
             await session.close_tools()
@@ -256,7 +257,7 @@ class CrowAgent:
         return session
 
     def _check_session_limit(self, side: AgentSide) -> None:
-        open_here = sum(1 for s in self.live.values() if side in s.watchers)
+        open_here = sum(1 for s in self.live.values() if V2Watcher(side) in s.watchers)
         if open_here >= MAX_SESSIONS_PER_CONNECTION:
             raise InvalidRequest(
                 f"Too many open sessions on this connection (limit "

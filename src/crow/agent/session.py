@@ -16,12 +16,13 @@ from typing import Any
 
 import orjson
 
-from crow.acp import AgentSide
 from crow.store.db import SessionRecord, Store
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
-__all__ = ["LiveSession", "new_id", "now", "update_frame"]
+from .watchers import Watcher
+
+__all__ = ["LiveSession", "new_id", "now"]
 
 
 def new_id(prefix: str) -> str:
@@ -32,24 +33,6 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def update_frame(session_id: str, body: bytes, seq: int) -> bytes:
-    """The ``session/update`` notification around an already-encoded update.
-
-    ``params._meta["crow/seq"]`` is the update's place in the session's log: a
-    client that reconnects resumes with ``replayFrom: {"type": "_crow/after",
-    "seq": <last seen>}`` and gets only what it missed.
-    """
-    return (
-        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-        + orjson.dumps(session_id)
-        + b',"update":'
-        + body
-        + b',"_meta":{"crow/seq":'
-        + str(seq).encode()
-        + b"}}}"
-    )
-
-
 @dataclass(eq=False)
 class LiveSession:
     record: SessionRecord
@@ -57,7 +40,7 @@ class LiveSession:
     model: str  # the model that answers this session's prompts
     state: str = "idle"  # idle | running | requires_action
     stop_reason: str | None = None
-    watchers: set[AgentSide] = field(default_factory=set)
+    watchers: set[Watcher] = field(default_factory=set)
     turn: asyncio.Task[None] | None = None
     title: str | None = None
     permissions: Permissions | None = None
@@ -111,14 +94,13 @@ class LiveSession:
             stop_reason=self.stop_reason if state else None,
             now=now() if state == "idle" else None,
         )
-        frame = update_frame(self.id, body, seq)
         backed_up = []
         for watcher in self.watchers:
-            watcher.peer.send_frame(frame)
-            if watcher.peer.backed_up:
-                backed_up.append(watcher.peer)
-        for peer in backed_up:  # a slow reader slows its turn, never drops updates
-            await peer.drained()
+            watcher.deliver(self.id, seq, update, body)
+            if watcher.backed_up:
+                backed_up.append(watcher)
+        for slow in backed_up:  # a slow reader slows its turn, never drops updates
+            await slow.drained()
 
     def state_snapshot(self) -> dict[str, Any]:
         """The current foreground state, as sent after every resume."""

@@ -86,9 +86,7 @@ async def _chat(args: argparse.Namespace) -> int:
             chat.replay(session)
         else:
             session = await client.new_session(os.path.abspath(args.cwd or os.getcwd()))
-        screen.line(
-            f"crow: session {session.id} — /help lists commands, Ctrl-D leaves",
-        )
+        screen.line(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
         chat.attach(client, session)
         return await chat.run()
 

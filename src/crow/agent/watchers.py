@@ -1,0 +1,74 @@
+"""Who watches a session: the connections its updates fan out to.
+
+A watcher takes each update as it is logged (``deliver``, synchronous, so
+every watcher sees the log's order) and can be asked for permission.  An ACP
+v2 connection gets the logged bytes as they are; another protocol face (v1)
+translates them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from crow.acp import AgentSide, schema
+
+__all__ = ["V2Watcher", "Watcher", "update_frame"]
+
+
+def update_frame(session_id: str, body: bytes, seq: int) -> bytes:
+    """The ``session/update`` notification around an already-encoded update.
+
+    ``params._meta["crow/seq"]`` is the update's place in the session's log: a
+    client that reconnects resumes with ``replayFrom: {"type": "_crow/after",
+    "seq": <last seen>}`` and gets only what it missed.
+    """
+    import orjson
+
+    return (
+        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+        + orjson.dumps(session_id)
+        + b',"update":'
+        + body
+        + b',"_meta":{"crow/seq":'
+        + str(seq).encode()
+        + b"}}}"
+    )
+
+
+class Watcher(Protocol):
+    def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
+        """Queue one logged update (never blocks, never raises for a gone peer)."""
+
+    @property
+    def backed_up(self) -> bool: ...
+
+    async def drained(self) -> None: ...
+
+    async def request_permission(self, params: schema.RequestPermissionRequest) -> Any:
+        """The peer's RequestPermissionResponse (raises if it cannot answer)."""
+
+
+class V2Watcher:
+    """An ACP v2 connection: updates go out exactly as logged."""
+
+    def __init__(self, side: AgentSide) -> None:
+        self.side = side
+
+    def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
+        self.side.peer.send_frame(update_frame(session_id, body, seq))
+
+    @property
+    def backed_up(self) -> bool:
+        return self.side.peer.backed_up
+
+    async def drained(self) -> None:
+        await self.side.peer.drained()
+
+    async def request_permission(self, params: schema.RequestPermissionRequest) -> Any:
+        return await self.side.request_permission(params)
+
+    def __hash__(self) -> int:
+        return hash(self.side)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, V2Watcher) and other.side is self.side

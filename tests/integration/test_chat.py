@@ -1,0 +1,208 @@
+"""``crow chat`` in a real terminal (pexpect) against ``crow serve`` and the scripted model.
+
+prompt_toolkit draws with escape sequences, so the tests match text loosely:
+escapes, carriage returns and backspaces may sit between any two characters.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+from fakemodel import Hang, Text, ToolCalls
+from serve_support import write_config
+from test_serve_tools import probe_config
+
+TIMEOUT = 15
+NOISE = r"(?:\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Z0-9]|[\r\x08])*"
+
+
+def loose(text: str) -> re.Pattern[str]:
+    """``text``, letting terminal drawing sit between its characters."""
+    return re.compile(NOISE.join(re.escape(c) for c in text))
+
+
+PROMPT = loose("you>")
+
+
+def see(child: pexpect.spawn, *texts: str) -> None:
+    """Each text, in this order."""
+    for text in texts:
+        child.expect(loose(text), timeout=TIMEOUT)
+
+
+def prompt(child: pexpect.spawn) -> None:
+    child.expect(PROMPT, timeout=TIMEOUT)
+
+
+@pytest.fixture
+def chat(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
+    """Start ``crow chat`` in a 40x120 terminal; every child is killed after the test."""
+    children: list[pexpect.spawn] = []
+    env = dict(
+        os.environ,
+        TERM="xterm",
+        NO_COLOR="1",
+        PROMPT_TOOLKIT_NO_CPR="1",
+        CROW_HOME=str(crow_home),
+    )
+
+    def start(*args: str, configure: bool = True, **config: Any) -> pexpect.spawn:
+        if configure:
+            write_config(crow_home, scripted_model.base_url, **config)
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "crow", "chat", *args],
+            env=env,
+            cwd=str(tmp_path),
+            dimensions=(40, 120),
+            encoding="utf-8",
+            timeout=TIMEOUT,
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        if child.isalive():
+            child.close(force=True)
+
+
+def user_text(request: dict[str, Any]) -> str:
+    content = request["messages"][-1]["content"]
+    return content if isinstance(content, str) else "".join(b["text"] for b in content)
+
+
+def test_a_turn_streams_the_reply_and_the_prompt_comes_back(chat, scripted_model, crow_home):
+    scripted_model.script(
+        Text(text="Hello from the model", chunks=4, delay_s=0.1),
+        Text(text="two lines seen"),
+        Text(text="continued too"),
+    )
+    child = chat()
+    prompt(child)
+    child.send("hi\r")
+    see(child, "Hello from the model")
+    prompt(child)
+    assert user_text(scripted_model.requests[0]) == "hi"
+
+    child.send("line one\x1b\rline two\r")  # Esc Enter (Alt-Enter) inserts a newline
+    see(child, "two lines seen")
+    prompt(child)
+    assert user_text(scripted_model.requests[1]) == "line one\nline two"
+
+    child.send("first\\\rsecond\r")  # a trailing backslash continues the prompt
+    see(child, "continued too")
+    prompt(child)
+    assert user_text(scripted_model.requests[2]) == "first\nsecond"
+    assert "hi" in (crow_home / "history").read_text()
+
+
+def test_ctrl_c_cancels_the_turn_and_the_next_turn_works(chat, scripted_model):
+    scripted_model.script(Hang(), Text(text="back again"))
+    child = chat()
+    prompt(child)
+    child.send("go\r")
+    scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    child.send("\x03")
+    see(child, "cancelling", "[cancelled]")
+    prompt(child)
+    child.send("again\r")
+    see(child, "back again")
+    prompt(child)
+    assert child.isalive()
+
+
+def test_a_permission_question_is_answered_inline(chat, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]), Text(text="file written")
+    )
+    child = chat(extra=probe_config())
+    prompt(child)
+    child.send("write it\r")
+    see(child, "Allow", "1) Allow once", "choose 1-")
+    child.send("1\r")
+    see(child, "✓", "file written")
+    prompt(child)
+    assert "rejected" not in str(scripted_model.requests[1]["messages"][-1]["content"])
+
+
+def test_slash_commands_are_answered_by_crow_and_complete_with_tab(chat, scripted_model):
+    child = chat()
+    prompt(child)
+    child.send("/help\r")
+    see(child, "Commands:", "/model", "/compact", "Rename this session")
+    prompt(child)
+    child.send("/mo")
+    see(child, "Show the model")  # the completion menu, with the description as meta
+    child.send("\t")
+    see(child, "/model")
+    child.send("\r")
+    see(child, "Model: main")
+    prompt(child)
+    assert scripted_model.requests == []
+
+
+def test_resuming_a_session_replays_its_history_first(chat, scripted_model):
+    scripted_model.script(Text(text="the first answer"), Text(text="the second answer"))
+    first = chat()
+    first.expect(r"session (sess_[0-9a-z]+) ", timeout=TIMEOUT)
+    session_id = first.match.group(1)
+    prompt(first)
+    first.send("the first question\r")
+    see(first, "the first answer")
+    prompt(first)
+    first.send("\x04")
+    first.expect(pexpect.EOF, timeout=TIMEOUT)
+
+    again = chat("--session", session_id, configure=False)
+    see(again, "you> the first question", "the first answer", f"session {session_id}")
+    prompt(again)
+    again.send("the second question\r")
+    see(again, "the second answer")
+    prompt(again)
+    history = [m.get("content") for m in scripted_model.requests[1]["messages"]]
+    assert "the first answer" in history
+
+
+def test_ctrl_d_leaves_with_status_0_and_the_agent_ends(chat):
+    child = chat()
+    prompt(child)
+    agents = _children(child.pid)
+    assert agents, "the agent subprocess is running"
+    child.send("\x04")
+    child.expect(pexpect.EOF, timeout=TIMEOUT)
+    child.close()
+    assert child.exitstatus == 0
+    assert not [pid for pid in agents if _alive(pid)]
+
+
+def test_an_agent_that_cannot_start_exits_7_with_one_line(chat):
+    child = chat("--command", "/nonexistent/agent")
+    child.expect(pexpect.EOF, timeout=TIMEOUT)
+    child.close()
+    assert child.exitstatus == 7
+    lines = [line for line in child.before.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("crow: ")
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    ).stdout
+    return [int(p) for p in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
