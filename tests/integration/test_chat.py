@@ -206,3 +206,29 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_chat_attaches_to_a_running_server_with_url(crow_home, scripted_model):
+    from test_serve_http import HttpServer
+
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.set_default(Text(text="served over http"))
+    server = HttpServer()
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "crow", "chat", "--url", server.url],
+        env={**os.environ, "TERM": "xterm", "NO_COLOR": "1"},
+        dimensions=(40, 120),
+        encoding="utf-8",
+        timeout=15,
+    )
+    try:
+        prompt(child)
+        child.send("hello\r")
+        see(child, "served over http")
+        prompt(child)
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+        server.stop()

@@ -58,6 +58,12 @@ ERASE = "\r\x1b[K"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("CROW_TOKEN"),
+        help="the server's bearer token (default: $CROW_TOKEN)",
+    )
     parser.add_argument("--cwd", help="the session's directory (default: the current one)")
     parser.add_argument("--session", help="resume this session, replaying its history first")
 
@@ -79,7 +85,9 @@ def main(args: argparse.Namespace) -> int:
 async def _chat(args: argparse.Namespace) -> int:
     screen = Screen(sys.stdout, sys.stderr)
     chat = Chat(screen)
-    async with connect(args.command, on_permission=chat.answer) as client:
+    async with connect(
+        args.command, url=args.url, token=args.token, on_permission=chat.answer
+    ) as client:
         if args.session:
             cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
             session = await client.resume_session(args.session, os.path.abspath(cwd), replay=True)
