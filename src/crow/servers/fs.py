@@ -14,30 +14,42 @@ Results carry ``_meta`` for the agent (``crow.tools.surface``):
   is one ``diff --git`` section with absolute paths and no commit headers
   (ACP-V2.md §8.2).
 
+This module owns the tools (`FsTools`, their checks and result text) and the MCP server.
+Text-file reading and `FsError` live in ``_fs_text``, edit matching in ``_fs_edit``, the git
+patch and diff ``_meta`` in ``_fs_patch``, and tree walking for list/glob/grep in ``_fs_walk``.
+
 Run alone: ``python -m crow.servers.fs --root DIR [--root DIR ...]`` (stdio).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import fnmatch
-import os
 import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ._fs_edit import replace_text
+from ._fs_patch import Meta as Meta
+from ._fs_patch import diff_meta, first_changed_line
+from ._fs_patch import git_patch as git_patch
+from ._fs_text import SNIFF_BYTES as SNIFF_BYTES
+from ._fs_text import FsError, count_lines, cut, is_binary, read_text, require_dir, require_file
+from ._fs_walk import GREP_MAX_FILE_BYTES as GREP_MAX_FILE_BYTES
+from ._fs_walk import SKIP_DIRS as SKIP_DIRS
+from ._fs_walk import inside, list_entries, text_lines, tree_files
 from ._stdio import run_stdio
 from .roots import OutsideRoots, Roots
 
 __all__ = ["FsError", "FsTools", "build_server", "main"]
+# Meta, git_patch and the limits imported ``as`` themselves above stay importable from
+# here, where they were defined before the split.
 
 #: read's default window: whole file up to this many lines ...
 READ_MAX_LINES = 2000
@@ -48,18 +60,6 @@ MAX_LINE_CHARS = 2000
 GREP_LINE_CHARS = 500
 LIST_MAX_ENTRIES = 1000
 GLOB_MAX_FILES = 500
-#: grep skips bigger files: they are data or generated, and scanning them is slow.
-GREP_MAX_FILE_BYTES = 2 * 1024 * 1024
-#: A NUL byte in this much of the head marks a file binary (as git and grep decide).
-SNIFF_BYTES = 8192
-SKIP_DIRS = frozenset({".git"})
-
-
-class FsError(Exception):
-    """A failure the model can fix; its message is the error result's one sentence."""
-
-
-Meta = dict[str, Any]
 
 
 def _result(text: str, meta: Meta | None = None, *, error: bool = False) -> CallToolResult:
@@ -79,169 +79,6 @@ def _guard(op: Callable[[], CallToolResult]) -> CallToolResult:
         return _result(f"Invalid request: {exc}.", error=True)
 
 
-# --- text files ---------------------------------------------------------------------------
-
-
-def _is_binary(head: bytes) -> bool:
-    return b"\0" in head[:SNIFF_BYTES]
-
-
-def _read_text(path: Path) -> str:
-    """The whole file as text, or `FsError` if it is missing, a directory or not UTF-8."""
-    _require_file(path)
-    data = path.read_bytes()
-    if _is_binary(data):
-        raise FsError(f"{path} is a binary file; only UTF-8 text files can be read or edited.")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise FsError(
-            f"{path} is not valid UTF-8 (binary?); only UTF-8 text files can be read or edited."
-        ) from None
-
-
-def _require_file(path: Path) -> None:
-    if path.is_dir():
-        raise FsError(f"{path} is a directory; use list to see what it contains.")
-    if not path.exists():
-        raise FsError(f"File not found: {path}.")
-
-
-def _require_dir(path: Path) -> None:
-    if not path.exists():
-        raise FsError(f"Directory not found: {path}.")
-    if not path.is_dir():
-        raise FsError(f"{path} is not a directory.")
-
-
-def _lines(text: str) -> list[str]:
-    """Split on newlines, keeping them ("".join gives the text back; \\r stays in the line)."""
-    parts = text.split("\n")
-    lines = [part + "\n" for part in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
-
-
-def _count_lines(text: str) -> int:
-    return len(_lines(text))
-
-
-def _cut(line: str, limit: int) -> str:
-    return line if len(line) <= limit else f"{line[:limit]}… [{len(line) - limit} more chars]"
-
-
-# --- the git patch ------------------------------------------------------------------------
-
-
-def git_patch(path: Path, old: str | None, new: str) -> str:
-    """One ``diff --git`` section with absolute paths; ``old=None`` means a new file."""
-    name = str(path)
-    body = list(
-        difflib.unified_diff(
-            _lines(old or ""), _lines(new), "/dev/null" if old is None else name, name, n=3
-        )
-    )
-    if old is not None and not body:
-        return ""  # nothing changed
-    header = [f"diff --git {name} {name}\n"]
-    if old is None:
-        header.append("new file mode 100644\n")
-        if not body:  # an empty new file has no hunks; git still names both sides
-            body = ["--- /dev/null\n", f"+++ {name}\n"]
-    out = header
-    for line in body:
-        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
-    return "".join(out)
-
-
-def _diff_meta(path: Path, old: str | None, new: str, line: int) -> Meta:
-    operation = "add" if old is None else "modify"
-    change = {"operation": operation, "path": str(path), "fileType": "text"}
-    return {
-        "crow/diff": {"changes": [change], "patch": git_patch(path, old, new)},
-        "crow/locations": [{"path": str(path), "line": line}],
-    }
-
-
-def _first_changed_line(old: str, new: str) -> int:
-    for n, (a, b) in enumerate(zip(_lines(old), _lines(new), strict=False), start=1):
-        if a != b:
-            return n
-    return min(_count_lines(old), _count_lines(new)) + 1
-
-
-# --- tolerant matching --------------------------------------------------------------------
-
-
-def _indent(line: str) -> str:
-    return line[: len(line) - len(line.lstrip())]
-
-
-def _normalise(lines: list[str]) -> tuple[list[str], str]:
-    """Lines with trailing whitespace stripped and their common indentation removed.
-
-    Returns the normalised lines and the indentation that was removed (the longest
-    whitespace prefix all non-blank lines share).  Blank lines normalise to "".
-    """
-    stripped = [line.rstrip() for line in lines]
-    common = _common_indent(stripped)
-    return [line[len(common) :] if line else "" for line in stripped], common
-
-
-def _common_indent(lines: list[str]) -> str:
-    # Character-wise on purpose: these are whitespace strings, not paths.
-    return os.path.commonprefix([_indent(line) for line in lines if line.strip()])  # noqa: RUF071
-
-
-def _trim_blank(lines: list[str]) -> list[str]:
-    start, end = 0, len(lines)
-    while start < end and not lines[start].strip():
-        start += 1
-    while end > start and not lines[end - 1].strip():
-        end -= 1
-    return lines[start:end]
-
-
-def _tolerant_regions(lines: list[str], old_text: str) -> tuple[list[int], int, str]:
-    """Where ``old_text`` matches whole lines, ignoring indentation and trailing blanks.
-
-    Returns non-overlapping start indices, the region length in lines, and the
-    indentation ``old_text`` itself was written with.
-    """
-    wanted, old_indent = _normalise(_trim_blank(old_text.split("\n")))
-    size = len(wanted)
-    starts: list[int] = []
-    if not size:
-        return starts, 0, ""
-    i = 0
-    while i + size <= len(lines):
-        if lines[i].strip() and _normalise(lines[i : i + size])[0] == wanted:
-            starts.append(i)
-            i += size
-        else:
-            i += 1
-    return starts, size, old_indent
-
-
-def _reindent(new_text: str, old_indent: str, region: list[str]) -> str:
-    """``new_text`` moved from ``old_text``'s indentation to the region's, with its line ends."""
-    _, file_indent = _normalise(region)
-    eol = "\r\n" if region[0].endswith("\r\n") else "\n"
-    if new_text.endswith("\n"):
-        new_text = new_text[:-1]
-    if not new_text:
-        return ""
-    new_lines = [line.removesuffix("\r") for line in new_text.split("\n")]
-    filled = [line for line in new_lines if line.strip()]
-    base = old_indent
-    if not all(line.startswith(old_indent) for line in filled):
-        base = _common_indent(filled)
-    out = [file_indent + line[len(base) :] if line.strip() else "" for line in new_lines]
-    ends_with_eol = region[-1].endswith("\n")
-    return eol.join(out) + (eol if ends_with_eol else "")
-
-
 # --- the tools ----------------------------------------------------------------------------
 
 
@@ -258,14 +95,14 @@ class FsTools:
         if limit is not None and limit < 1:
             raise FsError("limit must be at least 1 (or omitted for the whole file).")
         file = self.roots.resolve(path)
-        _require_file(file)
+        require_file(file)
         max_lines = limit if limit is not None else READ_MAX_LINES
         out: list[str] = []
         size = 0
         seen = 0  # lines read so far
         more = False
         with file.open("rb") as fh:
-            if _is_binary(fh.read(SNIFF_BYTES)):
+            if is_binary(fh.read(SNIFF_BYTES)):
                 raise FsError(f"{file} is a binary file; read only shows UTF-8 text.")
             fh.seek(0)
             for raw in fh:
@@ -281,7 +118,7 @@ class FsTools:
                     raise FsError(
                         f"{file} is not valid UTF-8 (line {seen}); read only shows text."
                     ) from None
-                entry = f"{seen:>6}\t{_cut(text, MAX_LINE_CHARS)}\n"
+                entry = f"{seen:>6}\t{cut(text, MAX_LINE_CHARS)}\n"
                 size += len(entry.encode())
                 if out and size > READ_MAX_BYTES:
                     more = True
@@ -311,11 +148,11 @@ class FsTools:
                 old = file.read_bytes().decode("utf-8", errors="replace")
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_bytes(content.encode("utf-8"))
-        lines = _count_lines(content)
+        lines = count_lines(content)
         verb = "Created" if old is None else "Overwrote"
         plural = "" if lines == 1 else "s"
-        line = 1 if old is None else _first_changed_line(old, content)
-        meta = _diff_meta(file, old, content, line)
+        line = 1 if old is None else first_changed_line(old, content)
+        meta = diff_meta(file, old, content, line)
         return _result(f"{verb} {file} ({lines} line{plural}).", meta)
 
     def edit(
@@ -327,77 +164,18 @@ class FsTools:
             raise FsError("old_text and new_text are identical; there is nothing to change.")
         file = self.roots.resolve(path)
         with self._write_lock:
-            content = _read_text(file)
-            new, note = self._replace(file, content, old_text, new_text, replace_all)
+            content = read_text(file)
+            new, note = replace_text(file, content, old_text, new_text, replace_all)
             file.write_bytes(new.encode("utf-8"))
-        line = _first_changed_line(content, new)
-        return _result(f"Edited {file}: {note}", _diff_meta(file, content, new, line))
-
-    @staticmethod
-    def _replace(
-        file: Path, content: str, old_text: str, new_text: str, replace_all: bool
-    ) -> tuple[str, str]:
-        """The new content and a sentence saying what was done."""
-        count = content.count(old_text)
-        if count > 1 and not replace_all:
-            raise FsError(
-                f"old_text matches {count} places in {file}; include more surrounding lines "
-                "to make it unique, or set replace_all to change every one."
-            )
-        if count:
-            new = content.replace(old_text, new_text)
-            return new, f"replaced {count} occurrence{'' if count == 1 else 's'}."
-        lines = _lines(content)
-        starts, size, old_indent = _tolerant_regions(lines, old_text)
-        if not starts:
-            raise FsError(
-                f"old_text was not found in {file}, not even ignoring indentation and "
-                "trailing whitespace; read the file and copy the text exactly."
-            )
-        if len(starts) > 1 and not replace_all:
-            raise FsError(
-                f"old_text matches {len(starts)} places in {file} when indentation is ignored "
-                "(and none exactly); include more surrounding lines to make it unique."
-            )
-        for start in reversed(starts):
-            region = lines[start : start + size]
-            lines[start : start + size] = [_reindent(new_text, old_indent, region)]
-        where = ", ".join(f"line {s + 1}" for s in starts)
-        note = (
-            f"no exact match, so a tolerant match (indentation and trailing whitespace "
-            f"ignored) was used at {where}; new_text was re-indented to fit."
-        )
-        return "".join(lines), note
+        line = first_changed_line(content, new)
+        return _result(f"Edited {file}: {note}", diff_meta(file, content, new, line))
 
     def list(self, path: str = ".", depth: int = 1) -> CallToolResult:
         if depth < 1:
             raise FsError("depth must be at least 1 (1 lists the directory's own entries).")
         base = self.roots.resolve(path)
-        _require_dir(base)
-        entries: list[str] = []
-        full = False
-
-        def walk(directory: Path, prefix: str, level: int) -> None:
-            nonlocal full
-            try:
-                with os.scandir(directory) as it:
-                    children = sorted(it, key=lambda e: e.name)
-            except OSError:
-                return  # unreadable: listed, not entered
-            for child in children:
-                if child.name in SKIP_DIRS:
-                    continue
-                if len(entries) >= LIST_MAX_ENTRIES:
-                    full = True
-                    return
-                is_dir = child.is_dir()
-                entries.append(f"{prefix}{child.name}{'/' if is_dir else ''}")
-                if level < depth and child.is_dir(follow_symlinks=False):
-                    walk(Path(child.path), f"{prefix}{child.name}/", level + 1)
-                    if full:
-                        return
-
-        walk(base, "", 1)
+        require_dir(base)
+        entries, full = list_entries(base, depth, LIST_MAX_ENTRIES)
         meta: Meta = {"crow/locations": [{"path": str(base)}]}
         if not entries:
             return _result(f"{base}/ is empty.", meta)
@@ -414,11 +192,11 @@ class FsTools:
                 "pattern must be relative to path and stay below it (no leading / and no '..')."
             )
         base = self.roots.resolve(path)
-        _require_dir(base)
+        require_dir(base)
         found: list[tuple[float, str]] = []
         for match in base.glob(pattern):
             rel = match.relative_to(base)
-            if SKIP_DIRS.intersection(rel.parts) or not self._inside(match):
+            if SKIP_DIRS.intersection(rel.parts) or not inside(self.roots, match):
                 continue
             try:
                 if not match.is_file():
@@ -457,13 +235,13 @@ class FsTools:
             raise FsError(f"Path not found: {base}.")
         out: list[str] = []
         capped = False
-        for file, rel in self._files(base, glob):
-            for n, line in self._text_lines(file):
+        for file, rel in tree_files(self.roots, base, glob):
+            for n, line in text_lines(file):
                 if regex.search(line):
                     if len(out) >= max_results:
                         capped = True
                         break
-                    out.append(f"{rel}:{n}:{_cut(line, GREP_LINE_CHARS)}")
+                    out.append(f"{rel}:{n}:{cut(line, GREP_LINE_CHARS)}")
             if capped:
                 break
         meta: Meta = {"crow/locations": [{"path": str(base)}]}
@@ -475,50 +253,6 @@ class FsTools:
                 "or raise max_results.]"
             )
         return _result("\n".join(out), meta)
-
-    def _inside(self, path: Path) -> bool:
-        try:
-            self.roots.resolve(str(path))
-        except (OutsideRoots, OSError, RuntimeError):
-            return False
-        return True
-
-    def _files(self, base: Path, glob: str | None) -> Iterator[tuple[Path, str]]:
-        """Files under ``base`` (or ``base`` itself), sorted, with paths relative to it."""
-        if base.is_file():
-            if glob is None or fnmatch.fnmatch(base.name, glob):
-                yield base, base.name
-            return
-        for directory, dirs, files in os.walk(base):
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-            for name in sorted(files):
-                file = Path(directory, name)
-                rel = file.relative_to(base).as_posix()
-                if glob is not None and not (
-                    fnmatch.fnmatch(name, glob) or fnmatch.fnmatch(rel, glob)
-                ):
-                    continue
-                if file.is_symlink() and not self._inside(file):
-                    continue
-                yield file, rel
-
-    @staticmethod
-    def _text_lines(file: Path) -> Iterator[tuple[int, str]]:
-        """A text file's numbered lines; nothing for a binary, huge or unreadable file."""
-        try:
-            if file.stat().st_size > GREP_MAX_FILE_BYTES:
-                return
-            data = file.read_bytes()
-        except OSError:
-            return
-        if _is_binary(data):
-            return
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return
-        for n, line in enumerate(text.split("\n"), start=1):
-            yield n, line.removesuffix("\r")
 
 
 # --- the server ---------------------------------------------------------------------------
