@@ -9,7 +9,7 @@
 - Replay: ``session/resume`` with ``replayFrom: start`` of a session holding N
   updates (a real turn's updates, repeated), request sent → response received.
 - Start-up: spawn → ``initialize`` answered (median of 10).
-- Memory: RSS growth of ``crow serve`` per idle session, over 1000 sessions.
+- Memory: RSS growth of ``crow serve`` per idle session (60: one connection's worth).
 
 Every run uses a fresh temporary CROW_HOME.
 """
@@ -178,8 +178,7 @@ def rss_kib(pid: int) -> int:
 async def memory_per_session(home: str, sessions: int) -> tuple[float, float]:
     proc, client = await start(CROW, home)
     await client.initialize()
-    for _ in range(20):
-        await client.request("session/new", {"cwd": "/tmp"})
+    await client.request("session/new", {"cwd": "/tmp"})  # first-session imports and caches
     before = rss_kib(proc.pid)
     for _ in range(sessions):
         await client.request("session/new", {"cwd": "/tmp"})
@@ -193,7 +192,8 @@ async def main() -> None:
     parser.add_argument("--prompts", type=int, default=300)
     parser.add_argument("--chunks", type=int, default=20)
     parser.add_argument("--replay-updates", type=int, default=10_000)
-    parser.add_argument("--sessions", type=int, default=1000)
+    # A connection may hold 64 open sessions (MAX_SESSIONS_PER_CONNECTION).
+    parser.add_argument("--sessions", type=int, default=60)
     args = parser.parse_args()
 
     with ScriptedModel() as model:
