@@ -220,7 +220,6 @@ async def test_a_client_that_reconnects_misses_nothing_and_gets_nothing_twice(
     first = await client_for(server.ws_url)
     seqs: list[int] = []
     received: list[dict[str, Any]] = []
-    first.peer_seq_hook = True  # type: ignore[attr-defined]
     original = first.peer._on_notification  # type: ignore[attr-defined]
 
     async def keep_seq(method: str, params: Any) -> None:

@@ -272,6 +272,7 @@ class Session:
         self.id = session_id
         self.response = response
         self.projection = client.projection(session_id)
+        self.last_prompt_response: Any = None  # the acknowledgement of the latest prompt
 
     async def prompt(self, *content: str | Any) -> Turn:
         """Send a prompt of text and/or ContentBlock models; returns its Turn."""
