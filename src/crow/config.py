@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "CAPABILITIES",
+    "AcpSettings",
     "Config",
     "ConfigError",
     "McpServerSpec",
@@ -142,6 +143,13 @@ class ServerSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AcpSettings:
+    """``[acp]``: which protocol versions ``crow serve`` answers (v1 is always on)."""
+
+    v2: bool = True  # false: a v2 initialize gets -32022 while the v2 draft is unstable
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     paths: Paths
     providers: dict[str, ProviderSpec]
@@ -152,6 +160,7 @@ class Config:
     max_steps: int = 25
     tools: ToolSettings = field(default_factory=ToolSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    acp: AcpSettings = field(default_factory=AcpSettings)
 
 
 def load_config(
@@ -184,7 +193,16 @@ def load_config(
         max_steps=_positive_int(source, "model.max_steps", section.get("max_steps", 25)),
         tools=_tool_settings(source, data, paths),
         server=_server_settings(source, data),
+        acp=_acp_settings(source, data),
     )
+
+
+def _acp_settings(source: str, data: dict[str, Any]) -> AcpSettings:
+    table = _table(source, "acp", data.get("acp", {}))
+    v2 = table.get("v2", True)
+    if type(v2) is not bool:
+        raise ConfigError(source, "acp.v2", "true or false (false turns ACP v2 off)", v2)
+    return AcpSettings(v2=v2)
 
 
 def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
@@ -488,6 +506,9 @@ yolo = false          # true: run every tool without asking
 # args = ["stdio"]
 # env = { GITHUB_TOKEN = "..." }
 # timeout_s = 60
+
+[acp]
+v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)

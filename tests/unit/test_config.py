@@ -47,6 +47,13 @@ def test_the_written_default_config_loads(paths):
         write_default_config(paths)
 
 
+def test_acp_v2_is_on_unless_switched_off(paths):
+    assert load_config(paths).acp.v2 is True
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text("[acp]\nv2 = false\n")
+    assert load_config(paths).acp.v2 is False
+
+
 def test_a_file_with_a_fallback_chain_and_overrides(paths):
     paths.home.mkdir(parents=True)
     paths.config_file.write_text(
@@ -89,6 +96,8 @@ def test_a_file_with_a_fallback_chain_and_overrides(paths):
         ),
         ("[retry]\nattempts = 0\n", "retry.attempts", "a positive integer"),
         ("[providers.p]\n", "providers.p.base_url", "a non-empty string"),
+        ('[acp]\nv2 = "no"\n', "acp.v2", "true or false"),
+        ("acp = 1\n", "acp", "a table"),
     ],
 )
 def test_config_errors_name_file_key_and_expectation(paths, text, key, expected):

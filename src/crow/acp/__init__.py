@@ -2,8 +2,9 @@
 
 Layers, bottom up: ``schema`` (generated wire models), ``connection`` (the
 sans-I/O JSON-RPC core), ``jsonrpc`` (the async peer), ``transports`` (stdio),
-``agent`` / ``client`` (the two roles) and ``projection`` (what a client knows
-of a session).  Nothing here imports the rest of Crow.
+``agent`` / ``client`` (the two roles), ``projection`` (what a client knows
+of a session) and ``router`` (the v1|v2 choice on a connection's first
+``initialize``).  Nothing here imports the rest of Crow.
 """
 
 from . import schema
@@ -28,6 +29,7 @@ from .errors import (
 )
 from .jsonrpc import Peer, Transport
 from .projection import Message, SessionProjection, Terminal, ToolCall, Turn
+from .router import MessageTransport, ProtocolRouter
 from .transports.stdio import StdioTransport, open_stdio, spawn
 
 __all__ = [
@@ -44,9 +46,11 @@ __all__ = [
     "InvalidRequest",
     "Message",
     "MessageTooLarge",
+    "MessageTransport",
     "MethodNotFound",
     "ParseError",
     "Peer",
+    "ProtocolRouter",
     "RequestCancelled",
     "ResourceNotFound",
     "Session",

@@ -1,4 +1,12 @@
-"""Run the agent on stdio: one process, one connection, a shared durable store."""
+"""Run the agent on stdio: one process, one connection, a shared durable store.
+
+``serve_connection`` serves any one connection (stdio here, each HTTP or
+WebSocket connection in ``serve_http``): the router reads its first
+``initialize`` and hands it to ACP v2 (``crow.acp.AgentSide``) or, for
+``protocolVersion`` 1, to the v1 face (``crow.agent.v1``, imported on the first
+v1 connection: the ``acp`` package takes ~0.6 s to import).  ``[acp] v2 =
+false`` in config.toml leaves v1 only.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +16,13 @@ import importlib
 import logging
 from importlib.metadata import version
 
-from crow.acp import AgentSide, open_stdio, schema
+from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.config import Config
 from crow.store.db import Store
 
 from .service import CrowAgent
 
-__all__ = ["serve_stdio"]
+__all__ = ["serve_connection", "serve_stdio"]
 
 log = logging.getLogger("crow.agent")
 
@@ -27,23 +35,54 @@ async def serve_stdio(config: Config) -> None:
     store = Store(config.paths.store)
     try:
         agent = CrowAgent(config, store)
-        side = AgentSide(await open_stdio(), info=agent_info(), capabilities=agent.capabilities())
-        agent.attach(side)
-        warm = asyncio.create_task(_warm_up(side))
+        ready = asyncio.Event()
+        warm = asyncio.create_task(_warm_up(ready))
         try:
-            await side.serve()
+            await serve_connection(agent, await open_stdio(), ready=ready)
         finally:
             warm.cancel()
-            agent.detach(side)
             await agent.shutdown()
     finally:
         store.close()
 
 
-async def _warm_up(side: AgentSide) -> None:
+async def serve_connection(
+    agent: CrowAgent, transport: Transport, *, ready: asyncio.Event | None = None
+) -> None:
+    """Serve one connection in the protocol version its initialize asks for.
+
+    ``ready`` is set once the client is initialized (either version).
+    """
+
+    async def v2(routed: Transport) -> None:
+        side = AgentSide(routed, info=agent_info(), capabilities=agent.capabilities())
+        watcher = agent.attach(side)
+        relay = asyncio.create_task(_relay(side.initialized, ready)) if ready else None
+        try:
+            await side.serve()
+        finally:
+            if relay is not None:
+                relay.cancel()
+            agent.detach(watcher)
+
+    async def v1(routed: Transport) -> None:
+        # Imported in a thread: other connections keep being served meanwhile.
+        module = await asyncio.to_thread(importlib.import_module, "crow.agent.v1")
+        await module.serve_v1(agent, routed, ready=ready)
+
+    router = ProtocolRouter(v1=v1, v2=v2 if agent.config.acp.v2 else None)
+    await router.serve(transport)
+
+
+async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
+    await source.wait()
+    target.set()
+
+
+async def _warm_up(ready: asyncio.Event) -> None:
     """Import the model and MCP SDKs in the background once the client is served:
     together they take ~1 s, which would otherwise delay initialize or the first turn."""
-    await side.initialized.wait()
+    await ready.wait()
     for module in ("openai", "mcp", "mcp.server.mcpserver"):
         with contextlib.suppress(ImportError):
             await asyncio.to_thread(importlib.import_module, module)

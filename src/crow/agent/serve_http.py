@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
-from crow.acp import AgentSide
 from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTransport
 from crow.config import Config
 from crow.store.db import Store
 
-from .serve import agent_info
+from .serve import serve_connection
 from .service import CrowAgent
 
 __all__ = ["HttpSecurity", "ServeError", "serve_http"]
@@ -100,12 +99,7 @@ async def serve_http(
     agent = CrowAgent(config, store)
 
     async def serve(transport: HttpTransport) -> None:
-        side = AgentSide(transport, info=agent_info(), capabilities=agent.capabilities())
-        agent.attach(side)
-        try:
-            await side.serve()
-        finally:
-            agent.detach(side)
+        await serve_connection(agent, transport)  # v1 or v2, by its initialize
 
     app = AcpHttpApp(serve, limits=limits, check=security.check)
     server = uvicorn.Server(

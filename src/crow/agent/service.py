@@ -1,9 +1,12 @@
 """The agent's ACP surface: session methods over the store and the turn loop.
 
-``CrowAgent`` is one per process.  ``attach(side)`` serves one ACP connection;
-many connections may watch one session (each update fans out to all of them).
-The agent owns turn tasks, not connections: a turn outlives the request that
-started it, and ``shutdown`` cancels what is still running.
+``CrowAgent`` is one per process.  ``attach(side)`` serves one ACP v2
+connection; many connections may watch one session (each update fans out to
+all of them).  The session methods take the connection's ``Watcher`` and v2
+params models, so another protocol face (v1, ``crow.agent.v1``) calls the same
+methods with its own watcher.  The agent owns turn tasks, not connections: a
+turn outlives the request that started it, and ``shutdown`` cancels what is
+still running.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from .recovery import close_interrupted_turns, owner_alive
 from .session import LiveSession, new_id, now
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
-from .watchers import V2Watcher, update_frame
+from .watchers import V2Watcher, Watcher
 
 __all__ = ["CrowAgent"]
 
@@ -45,6 +48,7 @@ class CrowAgent:
         self.store = store
         self.router = router or ModelRouter(config)
         self.live: dict[str, LiveSession] = {}
+        self._background: set[asyncio.Task[Any]] = set()
         self.prompt_caps = prompt_capabilities(config.models[config.chain[0]].capabilities)
         close_interrupted_turns(store)
 
@@ -60,8 +64,9 @@ class CrowAgent:
             meta={"crow/replayFrom": list(SUPPORTED_REPLAY)},  # Crow's resumable cursor
         )
 
-    def attach(self, side: AgentSide) -> None:
-        """Serve ACP on one connection."""
+    def attach(self, side: AgentSide) -> Watcher:
+        """Serve ACP v2 on one connection; ``detach`` its watcher when it ends."""
+        watcher = V2Watcher(side)
         handlers: dict[str, Any] = {
             "session/new": self.new_session,
             "session/list": self.list_sessions,
@@ -73,17 +78,21 @@ class CrowAgent:
             "session/set_config_option": self.set_config_option,
         }
         for method, handler in handlers.items():
-            side.handle(method, _bind(handler, side))
+            side.handle(method, _bind(handler, watcher))
+        return watcher
 
-    def detach(self, side: AgentSide) -> None:
+    def detach(self, watcher: Watcher) -> None:
+        """A connection has gone: its sessions stop sending to it."""
         for session in self.live.values():
-            session.watchers.discard(V2Watcher(side))
+            session.watchers.discard(watcher)
 
     async def shutdown(self) -> None:
         """Cancel running turns; each ends with idle/cancelled in the store."""
         turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done()]
         for task in turns:
             task.cancel("shutdown")
+        for task in self._background:
+            task.cancel()
         if turns:
             await asyncio.wait(turns, timeout=SHUTDOWN_TURN_WAIT_S)
         await asyncio.gather(*(s.close_tools() for s in self.live.values()))
@@ -91,12 +100,12 @@ class CrowAgent:
 
     # ---- sessions -----------------------------------------------------------------
     async def new_session(
-        self, side: AgentSide, params: schema.NewSessionRequest
+        self, watcher: Watcher, params: schema.NewSessionRequest
     ) -> schema.NewSessionResponse:
         cwd = _absolute(params.cwd, "cwd")
         dirs = _directories(params.additional_directories)
         servers = client_servers(params.mcp_servers, self.config)
-        self._check_session_limit(side)
+        self._check_session_limit(watcher)
         record = self.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
@@ -105,17 +114,17 @@ class CrowAgent:
             config={"model": self.config.chain[0]},
         )
         session = self._activate(record)
-        session.watchers.add(V2Watcher(side))
+        session.watchers.add(watcher)
         start_tools(session, self.config, servers, dirs)
-        side.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
+        self._spawn(session.emit(commands.available_commands_update()), name="announce-commands")
         return schema.NewSessionResponse(
             session_id=record.id,
-            config_options=self._config_options(session),
+            config_options=self.config_options(session),
             available_commands=commands.available_commands(),
         )
 
     async def list_sessions(
-        self, side: AgentSide, params: schema.ListSessionsRequest
+        self, watcher: Watcher, params: schema.ListSessionsRequest
     ) -> schema.ListSessionsResponse:
         cwd = None if params.cwd in (schema.UNSET, None) else _absolute(params.cwd, "cwd")
         cursor = None if params.cursor in (schema.UNSET, None) else params.cursor
@@ -129,7 +138,7 @@ class CrowAgent:
         return response
 
     async def resume_session(
-        self, side: AgentSide, params: schema.ResumeSessionRequest
+        self, watcher: Watcher, params: schema.ResumeSessionRequest
     ) -> schema.ResumeSessionResponse:
         record = self.store.get_session(params.session_id)
         if record is None:
@@ -143,8 +152,8 @@ class CrowAgent:
         servers = client_servers(params.mcp_servers, self.config)
         dirs = _directories(params.additional_directories)
         session = self.live.get(record.id)
-        if session is None or V2Watcher(side) not in session.watchers:
-            self._check_session_limit(side)
+        if session is None or watcher not in session.watchers:
+            self._check_session_limit(watcher)
         if session is None:
             if record.state != "idle" and owner_alive(record.owner_pid):
                 raise InvalidParams(
@@ -159,26 +168,26 @@ class CrowAgent:
             start_tools(session, self.config, servers, dirs)
         if replay is not None:
             for seq, body in self.store.updates(record.id, after=replay):
-                side.peer.send_frame(update_frame(record.id, body, seq))
+                watcher.replay(record.id, seq, body)
         # Watch from here: live updates follow the replay with nothing between.
-        session.watchers.add(V2Watcher(side))
-        await side.send_update(record.id, session.state_snapshot())
+        session.watchers.add(watcher)
+        await watcher.resumed(record.id, session.state_snapshot())
         return schema.ResumeSessionResponse(
-            config_options=self._config_options(session),
+            config_options=self.config_options(session),
             available_commands=commands.available_commands(),
         )
 
-    async def close_session(self, side: AgentSide, params: schema.CloseSessionRequest) -> None:
+    async def close_session(self, watcher: Watcher, params: schema.CloseSessionRequest) -> None:
         session = self.live.get(params.session_id)
         if session is None:
             return  # unknown or already closed: success (§5.4)
         await self._stop_turn(session)
-        session.watchers.discard(V2Watcher(side))
+        session.watchers.discard(watcher)
         if not session.watchers:
             del self.live[session.id]
             await session.close_tools()
 
-    async def delete_session(self, side: AgentSide, params: schema.DeleteSessionRequest) -> None:
+    async def delete_session(self, watcher: Watcher, params: schema.DeleteSessionRequest) -> None:
         session = self.live.pop(params.session_id, None)
         if session is not None:
             await self._stop_turn(session)
@@ -187,9 +196,9 @@ class CrowAgent:
         self.store.delete_session(params.session_id)
 
     async def set_config_option(
-        self, side: AgentSide, params: schema.SetSessionConfigOptionRequest
+        self, watcher: Watcher, params: schema.SetSessionConfigOptionRequest
     ) -> schema.SetSessionConfigOptionResponse:
-        session = self._session(params.session_id)
+        session = self.live_session(params.session_id)
         if params.config_id != "model":
             raise InvalidParams(
                 f"Unknown config option {params.config_id!r}", data={"configId": params.config_id}
@@ -201,7 +210,7 @@ class CrowAgent:
                 data={"configId": "model", "value": value},
             )
         await self.switch_model(session, value)
-        return schema.SetSessionConfigOptionResponse(config_options=self._config_options(session))
+        return schema.SetSessionConfigOptionResponse(config_options=self.config_options(session))
 
     async def switch_model(self, session: LiveSession, model: str) -> None:
         session.model = model
@@ -209,27 +218,37 @@ class CrowAgent:
         await session.emit(
             {
                 "sessionUpdate": "config_option_update",
-                "configOptions": [o.to_wire() for o in self._config_options(session)],
+                "configOptions": [o.to_wire() for o in self.config_options(session)],
             }
         )
 
     # ---- prompts ------------------------------------------------------------------
-    async def prompt(self, side: AgentSide, params: schema.PromptRequest) -> schema.PromptResponse:
-        session = self._session(params.session_id)
+    async def prompt(self, watcher: Watcher, params: schema.PromptRequest) -> schema.PromptResponse:
+        turn, _ = self.start_turn(self.live_session(params.session_id), params.prompt)
+        return schema.PromptResponse(message_id=turn.message_id)
+
+    def start_turn(
+        self, session: LiveSession, blocks: list[Any]
+    ) -> tuple[Turn, asyncio.Task[None]]:
+        """Start a prompt turn (v2 ContentBlock models); it runs until idle.
+
+        Raises InvalidParams if the session is busy or a block is refused.  The
+        turn's first update goes out on the next loop iteration, not before
+        this returns.
+        """
         if session.busy:
             raise InvalidParams(
                 "The session is busy with a prompt: wait for idle or send session/cancel",
                 data={"sessionId": session.id, "reason": "busy"},
             )
-        content = to_user_content(params.prompt, self.prompt_caps)
-        message_id = new_id("msg")
-        turn = Turn(self, session, message_id=message_id, blocks=params.prompt, content=content)
+        content = to_user_content(blocks, self.prompt_caps)
+        turn = Turn(self, session, message_id=new_id("msg"), blocks=blocks, content=content)
         self.store.update_session(session.id, owner_pid=os.getpid())
         # Busy from here on: a second prompt right behind this one is refused.
-        session.turn = asyncio.create_task(turn.run(), name=f"turn-{session.id}")
-        return schema.PromptResponse(message_id=message_id)
+        task = session.turn = asyncio.create_task(turn.run(), name=f"turn-{session.id}")
+        return turn, task
 
-    async def cancel(self, side: AgentSide, params: schema.CancelSessionNotification) -> None:
+    async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)
         if session is not None and session.turn is not None and not session.turn.done():
             session.turn.cancel("session/cancel")
@@ -241,6 +260,17 @@ class CrowAgent:
             await asyncio.wait([session.turn])
 
     # ---- helpers ------------------------------------------------------------------
+    def _spawn(self, coro: Any, *, name: str) -> None:
+        """Work that outlives the request that started it (cancelled at shutdown)."""
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
     def _activate(self, record: SessionRecord) -> LiveSession:
         model = record.config.get("model")
         if model not in self.config.models:
@@ -256,21 +286,22 @@ class CrowAgent:
         self.live[record.id] = session
         return session
 
-    def _check_session_limit(self, side: AgentSide) -> None:
-        open_here = sum(1 for s in self.live.values() if V2Watcher(side) in s.watchers)
+    def _check_session_limit(self, watcher: Watcher) -> None:
+        open_here = sum(1 for s in self.live.values() if watcher in s.watchers)
         if open_here >= MAX_SESSIONS_PER_CONNECTION:
             raise InvalidRequest(
                 f"Too many open sessions on this connection (limit "
                 f"{MAX_SESSIONS_PER_CONNECTION}): close one with session/close first"
             )
 
-    def _session(self, session_id: str) -> LiveSession:
+    def live_session(self, session_id: str) -> LiveSession:
+        """The live session; raises SessionNotFound (-32002) if it is not active."""
         session = self.live.get(session_id)
         if session is None:
             raise SessionNotFound(session_id)
         return session
 
-    def _config_options(self, session: LiveSession) -> list[schema.SessionConfigOption]:
+    def config_options(self, session: LiveSession) -> list[schema.SessionConfigOption]:
         options = [
             schema.SessionConfigSelectOption(value=name, name=name, description=_describe(spec))
             for name, spec in self.config.models.items()
@@ -287,9 +318,9 @@ class CrowAgent:
         ]
 
 
-def _bind(handler: Any, side: AgentSide) -> Any:
+def _bind(handler: Any, watcher: Watcher) -> Any:
     async def bound(params: Any) -> Any:
-        return await handler(side, params)
+        return await handler(watcher, params)
 
     return bound
 

@@ -83,6 +83,8 @@ class Turn:
         self.reply: Reply | None = None  # the model call under way, for cancellation
         self.tools: list[dict[str, Any]] = []  # what the model may call, OpenAI-shaped
         self.command = commands.parse(blocks)  # a slash command is not model input
+        self.stop_reason: str | None = None  # set when the turn has ended
+        self.error: str | None = None  # the error message of a turn that ended in "error"
 
     # ---- the one place outcomes become stop reasons --------------------------------
     async def run(self) -> None:
@@ -121,6 +123,7 @@ class Turn:
             await self.set_title()
 
     async def finish(self, stop: str, error: str | None) -> None:
+        self.stop_reason, self.error = stop, error
         update: dict[str, Any] = {
             "sessionUpdate": "state_update",
             "state": "idle",

@@ -1,9 +1,10 @@
 """Who watches a session: the connections its updates fan out to.
 
 A watcher takes each update as it is logged (``deliver``, synchronous, so
-every watcher sees the log's order) and can be asked for permission.  An ACP
-v2 connection gets the logged bytes as they are; another protocol face (v1)
-translates them.
+every watcher sees the log's order), takes the stored log on a resume with
+replay (``replay``, then ``resumed``), and can be asked for permission.  An
+ACP v2 connection gets the logged bytes as they are; the v1 face
+(``crow.agent.v1``) translates them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class Watcher(Protocol):
     def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
         """Queue one logged update (never blocks, never raises for a gone peer)."""
 
+    def replay(self, session_id: str, seq: int, body: bytes) -> None:
+        """Queue one stored update of a replay (never blocks)."""
+
+    async def resumed(self, session_id: str, state: dict[str, Any]) -> None:
+        """The resume is done: ``state`` is the session's current state_update."""
+
     @property
     def backed_up(self) -> bool: ...
 
@@ -56,6 +63,13 @@ class V2Watcher:
 
     def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
         self.side.peer.send_frame(update_frame(session_id, body, seq))
+
+    def replay(self, session_id: str, seq: int, body: bytes) -> None:
+        self.side.peer.send_frame(update_frame(session_id, body, seq))
+
+    async def resumed(self, session_id: str, state: dict[str, Any]) -> None:
+        """A current-state snapshot after every resume (ACP-V2.md §16, [T])."""
+        await self.side.send_update(session_id, state)
 
     @property
     def backed_up(self) -> bool:

@@ -154,6 +154,7 @@ def test_public_api_is_what_the_package_defines():
         "errors",
         "jsonrpc",
         "projection",
+        "router",
         "transports",
     }
     assert crow.acp.__all__ == sorted(crow.acp.__all__, key=lambda n: (not n.isupper(), n))

@@ -1,0 +1,135 @@
+"""The TypeScript SDK's default (ACP v1) client drives ``crow serve`` (issue 7).
+
+tests/interop/ts/drive_v1.mjs uses ``@agentclientprotocol/sdk``'s default
+entrypoint (stable v1) and validates every message in both directions against
+the SDK's own v1 zod schemas: initialize(1) → new → prompt with tool calls and a
+permission question → load (history replayed as v1 updates) → close.  Then a
+crow.acp v2 client resumes the same session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+from fakemodel import Text, ToolCalls
+from serve_support import CROW_SERVE, write_config
+from support import ROOT
+from test_serve_tools import probe_config
+
+from crow.acp import ClientSide, schema, spawn
+
+TS_DIR = ROOT / "tests" / "interop" / "ts"
+
+pytestmark = pytest.mark.interop
+
+
+def drive_v1(command: str, prompt: str, permission: str = "allow") -> dict:
+    result = subprocess.run(
+        [
+            "node",
+            str(TS_DIR / "drive_v1.mjs"),
+            "--command",
+            command,
+            "--prompt",
+            prompt,
+            "--permission",
+            permission,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=TS_DIR,
+    )
+    report = json.loads(result.stdout)
+    assert report["ok"], f"{report.get('error')}\n{result.stderr}"
+    assert result.returncode == 0
+    return report
+
+
+def test_the_ts_sdk_v1_client_runs_a_turn_with_tool_calls(crow_home, scripted_model):
+    write_config(
+        crow_home,
+        scripted_model.base_url,
+        extra=probe_config(extra='[permissions]\nexecute = "allow"\nedit = "ask"\n'),
+    )
+    scripted_model.script(
+        ToolCalls(
+            calls=[
+                ("probe__echo", {"text": "hello"}),
+                ("probe__shell", {"command": "make"}),
+                ("probe__touch", {"path": "ts.txt"}),
+            ]
+        ),
+        Text(text="all done", chunks=3, reasoning="thinking"),
+    )
+    report = drive_v1(f"{sys.executable} -m crow serve", "use the tools")
+    assert report["initialize"]["agentInfo"]["name"] == "crow"
+    assert report["stopReason"] == "end_turn" and report["agentText"] == "all done"
+    live = report["liveUpdates"]
+    started = {u["toolCallId"]: u for u in live if u["sessionUpdate"] == "tool_call"}
+    assert sorted(u["kind"] for u in started.values()) == ["edit", "execute", "read"]
+    finals = {
+        u["toolCallId"]: u["status"]
+        for u in live
+        if u["sessionUpdate"] == "tool_call_update" and u.get("status")
+    }
+    assert sorted(finals.values()) == ["completed", "completed", "completed"]
+    [question] = report["permissionRequests"]
+    edit = next(i for i, u in started.items() if u["kind"] == "edit")
+    assert question["toolCall"]["toolCallId"] == edit
+    diffs = [
+        c
+        for u in live
+        if u["sessionUpdate"] == "tool_call_update"
+        for c in u.get("content") or []
+        if c["type"] == "diff"
+    ]
+    assert diffs[-1] == {"type": "diff", "path": "/tmp/probe/ts.txt", "newText": "new\n"}
+    assert "agent_thought_chunk" in {u["sessionUpdate"] for u in live}
+
+    replayed = report["loadUpdates"]
+    kinds = [u["sessionUpdate"] for u in replayed]
+    assert "user_message_chunk" in kinds and "tool_call" in kinds
+    user = "".join(
+        u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"
+    )
+    assert user == "use the tools"
+    replayed_text = "".join(
+        u["content"]["text"] for u in replayed if u["sessionUpdate"] == "agent_message_chunk"
+    )
+    assert replayed_text == "all done"
+    assert report["loadResponse"]["configOptions"][0]["id"] == "model"
+
+    asyncio.run(_resume_over_v2(report["sessionId"], str(TS_DIR)))
+
+
+async def _resume_over_v2(session_id: str, cwd: str) -> None:
+    transport = await spawn([*CROW_SERVE])
+    info = schema.Implementation(name="crow-v2-after-ts", version="0")
+    async with asyncio.timeout(30), ClientSide(transport, info=info) as client:
+        await client.initialize()
+        session = await client.resume_session(session_id, cwd, replay=True)
+        assert session.projection.text("user") == "use the tools"
+        assert session.projection.text() == "all done"
+        assert len(session.projection.tool_calls) == 3
+        await session.close()
+
+
+def test_the_ts_sdk_v1_client_rejecting_a_permission(crow_home, scripted_model):
+    write_config(crow_home, scripted_model.base_url, extra=probe_config())
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "no.txt"})]), Text(text="fine, I won't")
+    )
+    report = drive_v1(f"{sys.executable} -m crow serve", "write", permission="reject")
+    assert report["stopReason"] == "end_turn"
+    finals = [
+        u["status"]
+        for u in report["liveUpdates"]
+        if u["sessionUpdate"] == "tool_call_update" and u.get("status")
+    ]
+    assert finals[-1] == "failed"
+    assert "rejected" in scripted_model.requests[1]["messages"][-1]["content"]
