@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from .client import args as client_args
 from .config import ConfigError, Paths, load_config, write_default_config
 
 EXIT_USAGE = 2
@@ -46,47 +48,38 @@ def main(argv: list[str] | None = None) -> int:
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
 
-    from .client import run as run_command
-
+    raw = argparse.RawDescriptionHelpFormatter
     run = commands.add_parser(
         "run",
         help="send one prompt; the reply on stdout, the outcome in the exit code",
-        description=run_command.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=client_args.RUN_HELP,
+        formatter_class=raw,
     )
-    run_command.add_arguments(run)
-
-    from .client import chat as chat_command
-
+    client_args.add_run_arguments(run)
     chat = commands.add_parser(
         "chat",
         help="talk with the agent at a prompt, the replies streaming as they come",
-        description=chat_command.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=client_args.CHAT_HELP,
+        formatter_class=raw,
     )
-    chat_command.add_arguments(chat)
-
-    from .client import sessions as sessions_command
-
+    client_args.add_chat_arguments(chat)
     sessions = commands.add_parser(
         "sessions",
         help="list, show or delete sessions",
-        description=sessions_command.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=client_args.SESSIONS_HELP,
+        formatter_class=raw,
     )
-    sessions_command.add_arguments(sessions)
+    client_args.add_sessions_arguments(sessions)
 
     mcp = commands.add_parser("mcp", help="run a built-in MCP server on stdio (for any MCP host)")
     mcp.add_argument("server", choices=["fs", "terminal", "web"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
 
     args = parser.parse_args(argv)
-    if args.subcommand == "run":
-        return run_command.main(args)
-    if args.subcommand == "chat":
-        return chat_command.main(args)
-    if args.subcommand == "sessions":
-        return sessions_command.main(args)
+    if args.subcommand in ("run", "chat", "sessions"):
+        module = importlib.import_module(f"crow.client.{args.subcommand}")
+        result: int = module.main(args)
+        return result
     if args.subcommand == "mcp":
         return _mcp(args.server, args.args)
     if args.subcommand == "serve":
@@ -136,8 +129,6 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
 
 def _mcp(server: str, argv: list[str]) -> int:
     """``crow mcp fs --root DIR``: the same servers Crow runs in every session."""
-    import importlib
-
     module = importlib.import_module(f"crow.servers.{server}")
     result: int = module.main(argv)
     return result

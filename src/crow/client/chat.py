@@ -1,18 +1,6 @@
-"""``crow chat``: a line REPL on the client role, for people at a terminal.
+"""``crow chat``: a line REPL on the shared session projection.
 
-    Enter                    send the prompt
-    Alt-Enter, Esc Enter     a new line (so does a line that ends with ``\\``)
-    Tab                      complete the agent's slash commands (``/help`` lists them)
-    Up, Down                 the input history ($CROW_HOME/history)
-    Ctrl-C                   cancel the running turn; a second one leaves
-    Ctrl-C (empty prompt)    leave; on a line with text it clears the line
-    Ctrl-D                   leave
-
-The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
-notes go to stderr as short lines, and a small spinner on stderr says the
-agent is working while nothing is being written.  A turn that ends other than
-with ``end_turn`` says so in one line, such as ``[cancelled]``.  With
-``--session ID`` the session's history is replayed first.
+The options and what they mean for people are in ``crow.client.args.CHAT_HELP``.
 """
 
 from __future__ import annotations
@@ -45,7 +33,7 @@ from .asking import CANCELLED, _choose, _selected
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, is_note
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["main"]
 
 EXIT_CONNECTION, EXIT_INTERRUPTED = 7, 130
 PROMPT = "you> "
@@ -54,18 +42,6 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 SPIN_EVERY_S = 0.1
 QUIET_BEFORE_SPIN_S = 0.3  # the spinner appears only after this long without output
 ERASE = "\r\x1b[K"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
-    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("CROW_TOKEN"),
-        help="the server's bearer token (default: $CROW_TOKEN)",
-    )
-    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
-    parser.add_argument("--session", help="resume this session, replaying its history first")
 
 
 def main(args: argparse.Namespace) -> int:

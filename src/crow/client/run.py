@@ -1,12 +1,6 @@
-"""``crow run "prompt"``: one prompt, the reply on stdout, the outcome in the exit code.
+"""``crow run``: one prompt, its reply on stdout, its outcome in the exit code.
 
-    0 end_turn   1 error   2 usage   3 refusal   4 max_tokens   5 cancelled
-    6 a permission was needed (pass --yes or --no)   7 protocol or connection failure
-    8 max_turn_requests
-
-stdout carries the agent's reply (or, with ``--json``, every ``session/update``
-as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
-short lines.  Ctrl-C cancels the turn; a second Ctrl-C leaves at once.
+The options and what they mean for people are in ``crow.client.args.RUN_HELP``.
 """
 
 from __future__ import annotations
@@ -25,7 +19,7 @@ from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity
 
-__all__ = ["EXIT", "add_arguments", "main"]
+__all__ = ["EXIT", "main"]
 
 EXIT = {
     "end_turn": 0,
@@ -43,25 +37,6 @@ MESSAGES = {
     "cancelled": "cancelled",
     "max_turn_requests": "the turn hit its step limit (model.max_steps)",
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prompt", help='the prompt, or "-" to read it from stdin')
-    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
-    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("CROW_TOKEN"),
-        help="the server's bearer token (default: $CROW_TOKEN)",
-    )
-    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
-    parser.add_argument("--session", help="continue this session instead of starting one")
-    parser.add_argument(
-        "--json", action="store_true", help="write every session/update as a JSON line on stdout"
-    )
-    answers = parser.add_mutually_exclusive_group()
-    answers.add_argument("--yes", action="store_true", help="allow what the agent asks to do")
-    answers.add_argument("--no", action="store_true", help="refuse what the agent asks to do")
 
 
 def main(args: argparse.Namespace) -> int:

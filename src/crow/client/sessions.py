@@ -1,8 +1,6 @@
 """``crow sessions``: list, show (the replayed conversation as text), delete.
 
-crow sessions [list] [--cwd DIR]
-crow sessions show ID
-crow sessions delete ID
+The options and what they mean for people are in ``crow.client.args.SESSIONS_HELP``.
 """
 
 from __future__ import annotations
@@ -17,16 +15,9 @@ from crow.acp import AcpError, ClientSide, Message, SessionProjection, ToolCall
 from .connect import AgentUnavailable, connect
 from .render import STATUS_MARKS, is_note
 
-__all__ = ["add_arguments", "find", "main", "sessions", "transcript"]
+__all__ = ["find", "main", "sessions", "transcript"]
 
 EXIT_NOT_FOUND, EXIT_CONNECTION = 1, 7
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "delete"])
-    parser.add_argument("session", nargs="?", help="the session id (show, delete)")
-    parser.add_argument("--cwd", help="list only the sessions of this directory")
-    parser.add_argument("--command", help="another ACP v2 agent to ask (default: crow serve)")
 
 
 def main(args: argparse.Namespace) -> int:

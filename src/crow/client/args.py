@@ -1,0 +1,88 @@
+"""The line client's command-line options, kept apart from the commands themselves.
+
+``crow --help`` and ``crow serve`` build the whole parser; importing the client
+commands (prompt_toolkit, the ACP models) for that would slow the agent's
+start-up, so the options live here and the commands are imported on use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+__all__ = [
+    "CHAT_HELP",
+    "RUN_HELP",
+    "SESSIONS_HELP",
+    "add_chat_arguments",
+    "add_run_arguments",
+    "add_sessions_arguments",
+]
+
+RUN_HELP = """``crow run "prompt"``: one prompt, the reply on stdout, the outcome in the exit code.
+
+    0 end_turn   1 error   2 usage   3 refusal   4 max_tokens   5 cancelled
+    6 a permission was needed (pass --yes or --no)   7 protocol or connection failure
+    8 max_turn_requests
+
+stdout carries the agent's reply (or, with ``--json``, every ``session/update``
+as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
+short lines.  Ctrl-C cancels the turn; a second Ctrl-C leaves at once."""
+CHAT_HELP = """``crow chat``: a line REPL on the client role, for people at a terminal.
+
+    Enter                    send the prompt
+    Alt-Enter, Esc Enter     a new line (so does a line that ends with ``\\``)
+    Tab                      complete the agent's slash commands (``/help`` lists them)
+    Up, Down                 the input history ($CROW_HOME/history)
+    Ctrl-C                   cancel the running turn; a second one leaves
+    Ctrl-C (empty prompt)    leave; on a line with text it clears the line
+    Ctrl-D                   leave
+
+The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
+notes go to stderr as short lines, and a small spinner on stderr says the
+agent is working while nothing is being written.  A turn that ends other than
+with ``end_turn`` says so in one line, such as ``[cancelled]``.  With
+``--session ID`` the session's history is replayed first."""
+SESSIONS_HELP = """``crow sessions``: list, show (the replayed conversation as text), delete.
+
+crow sessions [list] [--cwd DIR]
+crow sessions show ID
+crow sessions delete ID"""
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help='the prompt, or "-" to read it from stdin')
+    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("CROW_TOKEN"),
+        help="the server's bearer token (default: $CROW_TOKEN)",
+    )
+    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
+    parser.add_argument("--session", help="continue this session instead of starting one")
+    parser.add_argument(
+        "--json", action="store_true", help="write every session/update as a JSON line on stdout"
+    )
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument("--yes", action="store_true", help="allow what the agent asks to do")
+    answers.add_argument("--no", action="store_true", help="refuse what the agent asks to do")
+
+
+def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("CROW_TOKEN"),
+        help="the server's bearer token (default: $CROW_TOKEN)",
+    )
+    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
+    parser.add_argument("--session", help="resume this session, replaying its history first")
+
+
+def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "delete"])
+    parser.add_argument("session", nargs="?", help="the session id (show, delete)")
+    parser.add_argument("--cwd", help="list only the sessions of this directory")
+    parser.add_argument("--command", help="another ACP v2 agent to ask (default: crow serve)")
