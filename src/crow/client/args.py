@@ -50,8 +50,8 @@ crow sessions show ID
 crow sessions delete ID"""
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prompt", help='the prompt, or "-" to read it from stdin')
+def _agent_options(parser: argparse.ArgumentParser, *, session_help: str) -> None:
+    """Which agent to talk to (spawned or attached) and in which session."""
     parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
     parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
     parser.add_argument(
@@ -60,7 +60,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="the server's bearer token (default: $CROW_TOKEN)",
     )
     parser.add_argument("--cwd", help="the session's directory (default: the current one)")
-    parser.add_argument("--session", help="continue this session instead of starting one")
+    parser.add_argument("--session", help=session_help)
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt", help='the prompt, or "-" to read it from stdin')
+    _agent_options(parser, session_help="continue this session instead of starting one")
     parser.add_argument(
         "--json", action="store_true", help="write every session/update as a JSON line on stdout"
     )
@@ -70,15 +75,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_chat_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
-    parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("CROW_TOKEN"),
-        help="the server's bearer token (default: $CROW_TOKEN)",
-    )
-    parser.add_argument("--cwd", help="the session's directory (default: the current one)")
-    parser.add_argument("--session", help="resume this session, replaying its history first")
+    _agent_options(parser, session_help="resume this session, replaying its history first")
 
 
 def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
