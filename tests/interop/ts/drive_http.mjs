@@ -29,41 +29,40 @@ import { fileURLToPath } from "node:url";
 import * as acp from "@agentclientprotocol/sdk/experimental/v2";
 import { createHttpStream } from "@agentclientprotocol/sdk/experimental/http-client";
 import { createWebSocketStream } from "@agentclientprotocol/sdk/experimental/ws-client";
-import { validatingStream } from "./acp_validation.mjs";
+import {
+  configureDriver,
+  errorMessage,
+  fail,
+  finish,
+  hookConsole,
+  isFinished,
+  log,
+  runV2Flow,
+  startTimeout,
+} from "./drive_common.mjs";
 
 const DRIVER_INFO = { name: "crow-interop-ts-http-driver", version: "0.1.0" };
 const TEARDOWN_MS = 3000;
 
-let finished = false;
 let closingOnPurpose = false; // set once the flow is done and teardown starts
-let timer;
 let opts;
-const log = (...a) => process.stderr.write(`drive_http: ${a.join(" ")}\n`);
 const trace = (...a) => {
   if (opts?.trace) log(...a);
 };
 
-function finish(result, code) {
-  if (finished) return;
-  finished = true;
-  clearTimeout(timer);
-  process.stdout.write(JSON.stringify(result) + "\n", () => process.exit(code));
-}
-function fail(error) {
-  let msg =
-    error?.name === "ZodError" && Array.isArray(error.issues)
-      ? `schema validation failed: ${error.issues.map((i) => `${i.path.join(".") || "<root>"}: ${i.message}`).join("; ")}`
-      : error instanceof Error
-        ? error.message
-        : typeof error?.type === "string" // WebSocket error event
-          ? `WebSocket ${error.type}: ${error.message || "connection failed"}`
-          : String(error);
-  // fetch() hides the reason (ECONNREFUSED, ...) in `cause`.
-  const cause = error?.cause;
-  if (cause) msg += ` (${cause.code ?? cause.message ?? String(cause)})`;
-  const data = error && typeof error === "object" && "code" in error ? { code: error.code, data: error.data } : {};
-  finish({ ok: false, error: msg, ...data }, 1);
-}
+configureDriver("drive_http", {
+  describeError(error) {
+    let msg = errorMessage(error, (e) =>
+      typeof e?.type === "string" // WebSocket error event
+        ? `WebSocket ${e.type}: ${e.message || "connection failed"}`
+        : String(e),
+    );
+    // fetch() hides the reason (ECONNREFUSED, ...) in `cause`.
+    const cause = error?.cause;
+    if (cause) msg += ` (${cause.code ?? cause.message ?? String(cause)})`;
+    return msg;
+  },
+});
 
 function parseArgs(argv) {
   const o = { url: undefined, transport: "http", prompt: "hello", token: undefined, timeoutMs: 20000, trace: false };
@@ -115,25 +114,6 @@ function reexecForWebSocket() {
   );
   child.on("error", (e) => fail(`cannot re-run under --experimental-websocket: ${e.message}`));
   child.on("exit", (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
-}
-
-// The SDK reports some protocol violations only via console.error/warn
-// ("Invalid message", "Skipping SSE payload that is not a JSON object",
-// "Failed to parse SSE JSON payload", "Got response to unknown request").
-// Turn every such report into a failure, and keep stdout clean.
-function hookConsole() {
-  for (const name of ["error", "warn"]) {
-    console[name] = (...args) => {
-      const text = args
-        .map((a) => (typeof a === "string" ? a : a instanceof Error ? a.message : JSON.stringify(a)))
-        .join(" ");
-      log(`SDK ${name}: ${text}`);
-      fail(`SDK reported: ${text}`);
-    };
-  }
-  console.log = console.info = console.debug = (...a) => log(a.join(" "));
-  process.on("uncaughtException", (e) => fail(e));
-  process.on("unhandledRejection", (e) => fail(e));
 }
 
 const mediaType = (res) => (res.headers.get("content-type") ?? "").split(";", 1)[0].trim().toLowerCase();
@@ -213,31 +193,6 @@ function checkingWebSocket(onSocket) {
   };
 }
 
-/** Text projection (§8.1) of agent messages, in first-seen order. */
-function projectAgentText(updates) {
-  const order = [];
-  const content = new Map();
-  const ensure = (id) => {
-    if (!content.has(id)) {
-      order.push(id);
-      content.set(id, []);
-    }
-    return content.get(id);
-  };
-  for (const u of updates) {
-    if (acp.SessionUpdate.isAgentMessageChunk(u)) ensure(u.messageId).push(u.content);
-    else if (acp.SessionUpdate.isAgentMessage(u)) {
-      ensure(u.messageId);
-      if (u.content !== undefined) content.set(u.messageId, u.content ?? []);
-    }
-  }
-  return order
-    .flatMap((id) => content.get(id))
-    .filter((b) => acp.ContentBlock.isText(b))
-    .map((b) => b.text)
-    .join("");
-}
-
 function withTimeout(promise, ms, what) {
   let t;
   return Promise.race([
@@ -249,7 +204,7 @@ function withTimeout(promise, ms, what) {
 }
 
 async function main() {
-  timer = setTimeout(() => fail(`timeout after ${opts.timeoutMs} ms`), opts.timeoutMs);
+  startTimeout(opts.timeoutMs);
   const headers = opts.token !== undefined ? { Authorization: `Bearer ${opts.token}` } : {};
 
   // Teardown observation: the SDK closes its transport when the connection
@@ -278,100 +233,10 @@ async function main() {
       );
     };
   }
-  const stream = validatingStream(raw, (dir, err) => fail(`${dir} message invalid: ${err}`));
-
-  // One projection for the whole connection, installed before session/new (§7.2).
-  let sessionId;
-  const early = []; // updates that arrive before the session/new response
-  let phase = "setup"; // setup -> live -> afterIdle -> replay -> closing -> closed
-  let awaitingStart = false;
-  let started = false;
-  const liveUpdates = [];
-  const replayUpdates = [];
-  let stopReason;
-  let resolveIdle;
-  const idle = new Promise((r) => (resolveIdle = r));
-
-  const onUpdate = (notification) => {
-    const u = notification.update;
-    if (sessionId === undefined) {
-      early.push(notification);
-      return;
-    }
-    if (notification.sessionId !== sessionId) return fail(`update for unknown session ${notification.sessionId}`);
-    if (phase === "live" || phase === "setup") {
-      const isState = acp.SessionUpdate.isStateUpdate(u);
-      if (isState && awaitingStart && (acp.StateUpdate.isRunning(u) || acp.StateUpdate.isRequiresAction(u))) {
-        started = true;
-        awaitingStart = false;
-      } else if (isState && started && acp.StateUpdate.isIdle(u)) {
-        stopReason = u.stopReason;
-        phase = "afterIdle";
-        resolveIdle();
-        return;
-      }
-      liveUpdates.push(u);
-    } else if (phase === "replay") {
-      replayUpdates.push(u);
-    } else if (phase === "closed") {
-      fail(`update after session/close response: ${u.sessionUpdate}`);
-    }
-  };
-
-  const app = acp
-    .client({ name: DRIVER_INFO.name })
-    .onNotification(acp.methods.client.session.update, ({ params }) => onUpdate(params))
-    .onRequest(acp.methods.client.session.requestPermission, () => ({
-      outcome: { outcome: "cancelled" },
-    }));
-
-  const result = await app.connectWith(stream, async (agent) => {
-    const initialize = await agent.request(acp.methods.agent.initialize, {
-      protocolVersion: acp.PROTOCOL_VERSION,
-      info: DRIVER_INFO,
-      capabilities: {},
-    });
-    const sessionCaps = initialize.capabilities?.session;
-    if (sessionCaps == null || typeof sessionCaps !== "object") {
-      throw new Error("agent did not advertise capabilities.session");
-    }
-
-    const cwd = process.cwd();
-    const session = await agent.buildSession(cwd).start();
-    sessionId = session.sessionId;
-    for (const n of early.splice(0)) onUpdate(n);
-
-    phase = "live";
-    awaitingStart = true;
-    const promptResponse = await session.prompt([{ type: "text", text: opts.prompt }]);
-    await idle;
-
-    phase = "replay";
-    const resumeResponse = await agent.request(acp.methods.agent.session.resume, {
-      sessionId,
-      cwd,
-      mcpServers: [],
-      replayFrom: { type: "start" },
-    });
-    phase = "closing";
-    await agent.request(acp.methods.agent.session.close, { sessionId });
-    phase = "closed";
-    session.dispose();
-    // Give a misbehaving agent a moment to send something after close.
-    await new Promise((r) => setTimeout(r, 50));
-    closingOnPurpose = true;
-
-    return {
-      ok: true,
-      initialize,
-      sessionId,
-      promptResponse,
-      liveUpdates,
-      stopReason: stopReason ?? null,
-      replayUpdates,
-      resumeResponse,
-      agentText: projectAgentText(liveUpdates),
-    };
+  const result = await runV2Flow(raw, {
+    driverInfo: DRIVER_INFO,
+    prompt: opts.prompt,
+    beforeResult: () => (closingOnPurpose = true),
   });
   // connectWith has closed the connection, which makes the SDK transport tear
   // itself down; wait for that to finish on the wire.
@@ -379,7 +244,7 @@ async function main() {
   return result;
 }
 
-if (!finished) {
+if (!isFinished()) {
   if (opts.transport === "ws" && typeof globalThis.WebSocket !== "function") {
     reexecForWebSocket();
   } else {

@@ -10,54 +10,17 @@
 // {"ok": false, "error": ...} (exit 1). Every message in both directions is validated
 // against the SDK's own v1 zod schemas; any failure, including one the SDK would only
 // log, fails the run.
-import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import * as acp from "@agentclientprotocol/sdk";
+import { configureDriver, fail, finish, hookConsole, spawnAgent, startTimeout } from "./drive_common.mjs";
 
 const entry = import.meta.resolve("@agentclientprotocol/sdk");
 const z = await import(new URL("../schema/zod.gen.js", entry).href);
 
 const DRIVER_INFO = { name: "crow-interop-ts-v1-driver", version: "0.1.0" };
 
-let finished = false;
-let child;
-let timer;
-const log = (...a) => process.stderr.write(`drive_v1: ${a.join(" ")}\n`);
-
-function finish(result, code) {
-  if (finished) return;
-  finished = true;
-  clearTimeout(timer);
-  try {
-    child?.stdin?.end();
-  } catch {}
-  const killer = setTimeout(() => child?.kill("SIGKILL"), 1000);
-  killer.unref();
-  process.stdout.write(JSON.stringify(result) + "\n", () => process.exit(code));
-}
-function fail(error) {
-  const msg =
-    error?.name === "ZodError" && Array.isArray(error.issues)
-      ? `schema validation failed: ${error.issues.map((i) => `${i.path.join(".") || "<root>"}: ${i.message}`).join("; ")}`
-      : error instanceof Error
-        ? error.message
-        : String(error);
-  const data = error && typeof error === "object" && "code" in error ? { code: error.code, data: error.data } : {};
-  finish({ ok: false, error: msg, ...data }, 1);
-}
-
-for (const name of ["error", "warn"]) {
-  console[name] = (...args) => {
-    const text = args
-      .map((a) => (typeof a === "string" ? a : a instanceof Error ? a.message : JSON.stringify(a)))
-      .join(" ");
-    log(`SDK ${name}: ${text}`);
-    fail(`SDK reported: ${text}`);
-  };
-}
-console.log = console.info = console.debug = (...a) => log(a.join(" "));
-process.on("uncaughtException", (e) => fail(e));
-process.on("unhandledRejection", (e) => fail(e));
+configureDriver("drive_v1");
+hookConsole();
 
 // ---- v1 schema validation of every message, both directions -----------------------
 const M = acp.methods;
@@ -164,16 +127,9 @@ function agentText(updates) {
 
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
-  timer = setTimeout(() => fail(`timeout after ${opts.timeoutMs} ms`), opts.timeoutMs);
+  startTimeout(opts.timeoutMs);
 
-  const [cmd, ...args] = opts.command.trim().split(/\s+/);
-  child = spawn(cmd, args, { stdio: ["pipe", "pipe", "inherit"] });
-  child.on("error", (e) => fail(`cannot start agent: ${e.message}`));
-  child.on("exit", (code, signal) => {
-    if (!finished) fail(`agent exited early (code ${code}, signal ${signal})`);
-  });
-  child.stdin.on("error", () => {});
-
+  const child = spawnAgent(opts.command);
   const raw = acp.ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.stdout));
   const stream = validatingStream(raw, (dir, err) => fail(`${dir} message invalid: ${err}`));
 
