@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .client import args as client_args
-from .config import ConfigError, Paths, load_config, write_default_config
+from .config import ConfigError, Paths, load_config
+from .config_template import write_default_config
 
 EXIT_USAGE = 2
 

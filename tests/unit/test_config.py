@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crow.config import ConfigError, Paths, load_config, write_default_config
+from crow.config import ConfigError, Paths, load_config
+from crow.config_template import write_default_config
 
 
 @pytest.fixture

@@ -1,0 +1,82 @@
+"""The commented ``config.toml`` that ``crow init`` writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .config import Paths
+
+__all__ = ["DEFAULT_CONFIG", "write_default_config"]
+
+DEFAULT_CONFIG = """\
+# Crow configuration.  Every key is optional: without this file Crow uses one
+# model named by CROW_MODEL on OPENAI_BASE_URL (default: ollama on localhost).
+
+[model]
+# The model that answers, then the ones that take over when it fails.
+default = "local"
+# fallback = ["backup"]
+# system_prompt = "You are Crow, a careful coding agent."
+# max_steps = 25            # model calls per prompt before Crow stops the turn
+
+[providers.ollama]
+base_url = "http://localhost:11434/v1"
+# api_key_env = "OLLAMA_API_KEY"   # the environment variable holding the key
+
+# [providers.vllm]
+# base_url = "http://localhost:8000/v1"
+
+[models.local]
+provider = "ollama"
+id = "qwen3:8b"                     # the provider's name for the model
+capabilities = ["tools", "reasoning"]   # from: tools, image, audio, reasoning
+context_window = 32768
+max_output_tokens = 4096
+
+# [models.backup]
+# provider = "vllm"
+# id = "Qwen/Qwen2.5-7B-Instruct"
+# capabilities = ["tools"]
+
+[tools]
+builtin = ["fs", "terminal", "web"]   # built-in MCP servers started in every session
+timeout_s = 120                       # one tool call
+
+[web]
+# search_url = "http://localhost:8888/search"   # a SearXNG-compatible JSON endpoint
+
+[permissions]
+# What runs without asking, per tool kind: "allow", "ask" or "deny".
+read = "allow"
+search = "allow"
+fetch = "allow"
+edit = "ask"
+delete = "ask"
+execute = "ask"
+other = "ask"
+yolo = false          # true: run every tool without asking
+
+# More MCP servers for every session (stdio: command/args/env; http: url/headers).
+# [mcp.servers.github]
+# command = "/usr/local/bin/github-mcp-server"
+# args = ["stdio"]
+# env = { GITHUB_TOKEN = "..." }
+# timeout_s = 60
+
+[acp]
+v2 = true             # false: answer ACP v1 clients only (v1 is always on)
+
+[retry]
+attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)
+backoff_s = 0.5       # first pause; doubled after each failure
+timeout_s = 300       # one model request
+"""
+
+
+def write_default_config(paths: Paths, *, force: bool = False) -> Path:
+    """Write a commented ``config.toml``; refuses to overwrite unless ``force``."""
+    if paths.config_file.exists() and not force:
+        raise FileExistsError(f"{paths.config_file} exists; pass --force to overwrite it")
+    paths.home.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text(DEFAULT_CONFIG)
+    return paths.config_file
