@@ -66,6 +66,10 @@ yolo = false          # true: run every tool without asking
 [acp]
 v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 
+[server]              # crow serve --http
+# token = "..."       # required to bind anything but loopback; sent as a bearer token
+# allowed_origins = ["https://my-editor.example"]   # web pages allowed to connect
+
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)
 backoff_s = 0.5       # first pause; doubled after each failure
