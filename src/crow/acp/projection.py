@@ -169,7 +169,7 @@ class SessionProjection:
 
     def _apply_state_update(self, update: Any) -> None:
         self.state = update.state
-        stop_reason = getattr(update, "stop_reason", UNSET)
+        stop_reason: Any = getattr(update, "stop_reason", UNSET)
         if update.state == "idle":
             self.stop_reason = None if stop_reason is UNSET else stop_reason
         error = getattr(update, "error", UNSET)

@@ -12,7 +12,11 @@ import functools
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
-from pydantic.experimental.missing_sentinel import MISSING
+
+try:  # pydantic >= 2.14 exports the sentinel; 2.12-2.13 keep it experimental
+    from pydantic import MISSING  # type: ignore[attr-defined,unused-ignore]
+except ImportError:  # pragma: no cover - depends on the installed pydantic
+    from pydantic.experimental.missing_sentinel import MISSING
 
 UNSET = MISSING
 #: The annotation of a field that may be ``UNSET``: ``content: list[X] | UNSET_T``.
