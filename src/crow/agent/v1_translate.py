@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from acp import schema as v1
 from pydantic import ValidationError
 
 from crow.acp import SessionProjection, ToolCall, schema
@@ -42,21 +43,9 @@ __all__ = ["SessionTranslator", "config_options", "permission_params"]
 
 log = logging.getLogger("crow.agent")
 
-V1_TOOL_KINDS = frozenset(
-    {
-        "read",
-        "edit",
-        "delete",
-        "move",
-        "search",
-        "execute",
-        "think",
-        "fetch",
-        "switch_mode",
-        "other",
-    }
-)
-V1_TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
+# What a v1 client accepts, from the official v1 models themselves.
+V1_TOOL_KINDS = frozenset(get_args(v1.ToolKind))
+V1_TOOL_STATUSES = frozenset(get_args(v1.ToolCallStatus))
 V1_PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
 V1_PRIORITIES = frozenset({"high", "medium", "low"})
 V1_PERMISSION_KINDS = frozenset({"allow_once", "allow_always", "reject_once", "reject_always"})

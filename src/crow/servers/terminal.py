@@ -163,64 +163,40 @@ def build_server(
         """List the background processes: id, pid, status and command."""
         return terminal.list_processes()
 
-    server.add_tool(
-        run,
-        name="run",
-        title="Run a command",
-        description=f"{inspect.cleandoc(run.__doc__ or '')}\n\nThe default timeout is {timeout}.",
-        annotations=ToolAnnotations(
-            title="Run a command",
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=False,
-            open_world_hint=True,
+    run_doc = f"{inspect.cleandoc(run.__doc__ or '')}\n\nThe default timeout is {timeout}."
+    tools: list[tuple[Any, str, str, str | None, dict[str, Any], bool, bool, bool]] = [
+        # (function, name, title, description, meta, read-only, destructive, idempotent)
+        (run, "run", "Run a command", run_doc, EXECUTE, False, True, False),
+        (start, "start", "Start a background command", None, EXECUTE, False, True, False),
+        (output, "output", "Background output", None, READ, True, False, False),
+        (stop, "stop", "Stop a background command", None, EXECUTE, False, True, True),
+        (
+            list_processes,
+            "list_processes",
+            "List background commands",
+            None,
+            READ,
+            True,
+            False,
+            False,
         ),
-        meta=dict(EXECUTE),
-    )
-    server.add_tool(
-        start,
-        name="start",
-        title="Start a background command",
-        annotations=ToolAnnotations(
-            title="Start a background command",
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=False,
-            open_world_hint=True,
-        ),
-        meta=dict(EXECUTE),
-    )
-    server.add_tool(
-        output,
-        name="output",
-        title="Background output",
-        annotations=ToolAnnotations(
-            title="Background output", read_only_hint=True, open_world_hint=False
-        ),
-        meta=dict(READ),
-    )
-    server.add_tool(
-        stop,
-        name="stop",
-        title="Stop a background command",
-        annotations=ToolAnnotations(
-            title="Stop a background command",
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=True,
-            open_world_hint=False,
-        ),
-        meta=dict(EXECUTE),
-    )
-    server.add_tool(
-        list_processes,
-        name="list_processes",
-        title="List background commands",
-        annotations=ToolAnnotations(
-            title="List background commands", read_only_hint=True, open_world_hint=False
-        ),
-        meta=dict(READ),
-    )
+    ]
+    for fn, name, title, description, meta, read_only, destructive, idempotent in tools:
+        hints: dict[str, Any] = {
+            "title": title,
+            "read_only_hint": read_only,
+            "open_world_hint": name in ("run", "start"),
+        }
+        if not read_only:
+            hints.update(destructive_hint=destructive, idempotent_hint=idempotent)
+        server.add_tool(
+            fn,
+            name=name,
+            title=title,
+            description=description,
+            annotations=ToolAnnotations(**hints),
+            meta=dict(meta),
+        )
     return server
 
 
