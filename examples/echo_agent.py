@@ -5,8 +5,12 @@
 Each prompt is acknowledged at once with its ``messageId``, then reported as
 ``user_message`` → ``running`` → ``Echo: <text>`` in N ``agent_message_chunk``s
 (D ms apart) → an ``agent_message`` snapshot → ``idle`` ``end_turn``, or
-``idle`` ``cancelled`` after ``session/cancel`` or ``session/close``.  History
-is kept for ``session/resume`` with ``replayFrom: {"type": "start"}``.
+``idle`` ``cancelled`` after ``session/cancel`` or ``session/close`` (even one
+written right behind the prompt: an acknowledged prompt always ends in idle).
+History is kept for ``session/resume`` with ``replayFrom: {"type": "start"}``.
+
+It advertises no prompt or MCP capabilities, so it takes ``text`` and
+``resource_link`` blocks only and no MCP servers: anything else is ``-32602``.
 
 stdout carries JSON-RPC only; logs go to stderr.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -25,6 +30,10 @@ from crow.acp import AgentSide, InvalidParams, SessionNotFound, open_stdio, sche
 from crow.acp.transports.stdio import MAX_MESSAGE_BYTES
 
 LIST_PAGE_SIZE = 50
+#: Baseline prompt blocks (ACP-V2.md §9); image, audio and resource need capabilities.
+PROMPT_BLOCKS = frozenset({"text", "resource_link"})
+#: MCP server types accepted: none is advertised (§5.1), so none.
+MCP_SERVER_TYPES: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -36,6 +45,9 @@ class EchoSession:
     updated_at: str = ""
     open: bool = True
     turn: asyncio.Task[None] | None = None
+    # Set to end the turn: an event, not task.cancel(), so a cancel that lands
+    # before the turn's first step still ends it with idle (cancelled).
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
     last_stop: str | None = None
 
     @property
@@ -62,6 +74,7 @@ class EchoAgent:
     # ---- session lifecycle --------------------------------------------------
     async def new_session(self, params: schema.NewSessionRequest) -> schema.NewSessionResponse:
         _require_absolute(params.cwd)
+        _refuse_mcp_servers(params.mcp_servers)
         session = EchoSession(session_id=f"sess_{uuid.uuid4().hex[:12]}", cwd=params.cwd)
         session.updated_at = _now()
         self.sessions[session.session_id] = session
@@ -82,6 +95,7 @@ class EchoAgent:
         self, params: schema.ResumeSessionRequest
     ) -> schema.ResumeSessionResponse:
         session = self._session(params.session_id, must_be_open=False)
+        _refuse_mcp_servers(params.mcp_servers)
         if params.cwd != session.cwd:
             raise InvalidParams(f"cwd {params.cwd} is not this session's cwd ({session.cwd})")
         replay = params.replay_from
@@ -108,8 +122,9 @@ class EchoAgent:
         session = self.sessions.get(params.session_id)
         if session is None:
             return  # closing an unknown session succeeds
-        if session.turn is not None and not session.turn.done():
-            session.turn.cancel()
+        if session.busy:
+            assert session.turn is not None
+            session.stop.set()
             await asyncio.wait([session.turn])  # its idle/cancelled goes out first
         session.open = False
 
@@ -123,46 +138,58 @@ class EchoAgent:
             )
         if not params.prompt:
             raise InvalidParams("The prompt is empty")
+        _refuse_unadvertised_blocks(params.prompt)
+        content = _echoable(params.prompt)  # refused now, not after the acknowledgement
         message_id = f"msg_u_{uuid.uuid4().hex[:12]}"
         text = "".join(getattr(b, "text", "") for b in params.prompt if b.type == "text")
         session.title = session.title or text[:60]
         # Marked busy before the reply: a second prompt right behind is refused.
+        session.stop = asyncio.Event()
         session.turn = self.agent.spawn(
-            self.run_turn(session, message_id, params.prompt, text), name="echo-turn"
+            self.run_turn(session, message_id, content, text), name="echo-turn"
         )
         return schema.PromptResponse(message_id=message_id)
 
     async def run_turn(
-        self, session: EchoSession, message_id: str, prompt: list[Any], text: str
+        self, session: EchoSession, message_id: str, content: list[Any], text: str
     ) -> None:
+        """Echo one prompt; whatever happens, an acknowledged prompt ends in idle."""
         sid = session.session_id
-        user = {
-            "sessionUpdate": "user_message",
-            "messageId": message_id,
-            "content": [b.to_wire() for b in prompt],
-        }
+        user = {"sessionUpdate": "user_message", "messageId": message_id, "content": content}
         session.history.append(user)
-        await self.agent.send_update(sid, user)
-        await self.agent.send_update(sid, {"sessionUpdate": "state_update", "state": "running"})
+        stop = "error"
+        try:
+            await self.agent.send_update(sid, user)
+            await self.agent.send_update(sid, {"sessionUpdate": "state_update", "state": "running"})
+            stop = await self._echo(session, text)
+        finally:
+            session.last_stop = stop
+            session.updated_at = _now()
+            await self.agent.send_update(
+                sid, {"sessionUpdate": "state_update", "state": "idle", "stopReason": stop}
+            )
+
+    async def _echo(self, session: EchoSession, text: str) -> str:
+        """Stream ``Echo: <text>``; returns the stop reason."""
+        sid = session.session_id
         reply_id = f"msg_a_{uuid.uuid4().hex[:12]}"
         sent = ""
         stop = "end_turn"
-        try:
-            for piece in _split(f"Echo: {text}", self.chunks):
-                if self.delay_s and sent:
-                    await asyncio.sleep(self.delay_s)
-                await self.agent.send_update(
-                    sid,
-                    {
-                        "sessionUpdate": "agent_message_chunk",
-                        "messageId": reply_id,
-                        "content": {"type": "text", "text": piece},
-                    },
-                )
-                sent += piece
-        except asyncio.CancelledError:
-            _uncancel()  # the cancel ends the turn, not this task: report it
-            stop = "cancelled"
+        for piece in _split(f"Echo: {text}", self.chunks):
+            if self.delay_s and sent:
+                await self._pause(session.stop)
+            if session.stop.is_set():
+                stop = "cancelled"
+                break
+            await self.agent.send_update(
+                sid,
+                {
+                    "sessionUpdate": "agent_message_chunk",
+                    "messageId": reply_id,
+                    "content": {"type": "text", "text": piece},
+                },
+            )
+            sent += piece
         snapshot = {
             "sessionUpdate": "agent_message",
             "messageId": reply_id,
@@ -171,16 +198,17 @@ class EchoAgent:
         session.history.append(snapshot)
         if stop == "end_turn":
             await self.agent.send_update(sid, snapshot)
-        session.last_stop = stop
-        session.updated_at = _now()
-        await self.agent.send_update(
-            sid, {"sessionUpdate": "state_update", "state": "idle", "stopReason": stop}
-        )
+        return stop
+
+    async def _pause(self, stop: asyncio.Event) -> None:
+        """Wait between chunks; a cancel ends the wait at once."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), self.delay_s)
 
     async def cancel(self, params: schema.CancelSessionNotification) -> None:
         session = self.sessions.get(params.session_id)
-        if session is not None and session.turn is not None and not session.turn.done():
-            session.turn.cancel()
+        if session is not None and session.busy:
+            session.stop.set()
 
     def _session(self, session_id: str, *, must_be_open: bool = True) -> EchoSession:
         session = self.sessions.get(session_id)
@@ -189,15 +217,37 @@ class EchoAgent:
         return session
 
 
-def _uncancel() -> None:
-    task = asyncio.current_task()
-    if task is not None:
-        task.uncancel()
-
-
 def _split(text: str, parts: int) -> list[str]:
     size = max(1, -(-len(text) // parts))
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _refuse_unadvertised_blocks(prompt: list[Any]) -> None:
+    for block in prompt:
+        if block.type not in PROMPT_BLOCKS:
+            raise InvalidParams(
+                f"Prompt blocks of type {block.type!r} are not accepted: this agent "
+                f"takes {sorted(PROMPT_BLOCKS)} (see its prompt capabilities)",
+                data={"type": block.type},
+            )
+
+
+def _echoable(prompt: list[Any]) -> list[Any]:
+    """The prompt's blocks as they go back in ``user_message``."""
+    try:
+        return [block.to_wire() for block in prompt]
+    except ValueError as exc:  # pydantic stops at its depth limit
+        raise InvalidParams(f"The prompt cannot be echoed: {exc}") from None
+
+
+def _refuse_mcp_servers(servers: Any) -> None:
+    for server in servers if schema.is_set(servers) and servers else []:
+        if server.type not in MCP_SERVER_TYPES:
+            raise InvalidParams(
+                f"MCP servers of type {server.type!r} are not accepted: "
+                "this agent advertises no MCP transport",
+                data={"type": server.type},
+            )
 
 
 def _require_absolute(path: str) -> None:

@@ -128,7 +128,14 @@ class AgentSide:
     async def _on_request(self, method: str, params: dict[str, Any] | None) -> Any:
         entry = self._requests.get(method)
         if entry is None:
-            raise MethodNotFound.for_method(method)
+            entry = self._notifications.get(method)
+            if entry is None:
+                raise MethodNotFound.for_method(method)
+            # A notification sent with an id (session/cancel as a request): it
+            # runs as the notification and is answered, invalid params -32602.
+            params_type, fn = entry
+            await fn(schema.adapter(params_type).validate_python(params or {}))
+            return {}
         params_type, fn = entry
         result = await fn(schema.adapter(params_type).validate_python(params or {}))
         if result is None:

@@ -9,6 +9,18 @@ spawns; the async ``Peer`` in ``jsonrpc.py`` adds tasks and a transport.
 Bad input never raises out of ``receive``: it becomes a ``Send`` event carrying
 the error reply (ACP-V2.md §2.3), and the connection stays usable.
 
+Requests written right behind ``initialize`` (pipelined, before its reply) are
+held while it is in flight and handled in order once it is answered, exactly as
+if they had arrived after the reply: ``release()`` hands them back.
+
+``params`` must be an object: an array (JSON-RPC's by-position form, which ACP
+never uses) is ``-32602``, any other value ``-32600``.  ``$/cancel_request``
+sent with an id still cancels, and is answered ``{}``.
+
+``decode`` raises nothing but ValueError (JSON nested past the parser's depth
+included) and ``encode`` writes every value a peer can send, lone surrogates
+included; both are safe for any transport.
+
 Batches (§2.4): by default a JSON array gets one ``-32600`` with ``id: null``
 and none of its entries run, as the TS SDK 2.4.0 revision says ("ACP does not
 use JSON-RPC batches").  With ``accept_batches=True`` the spec repository's rule
@@ -22,13 +34,14 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeGuard
 
 import orjson
 
 from .errors import (
     AcpError,
     AcpUsageError,
+    InvalidParams,
     InvalidRequest,
     MessageTooLarge,
     ParseError,
@@ -44,6 +57,7 @@ __all__ = [
     "RequestId",
     "Response",
     "Send",
+    "decode",
     "encode",
 ]
 
@@ -52,6 +66,8 @@ log = logging.getLogger("crow.acp")
 RequestId: TypeAlias = int | str
 CANCEL_REQUEST = "$/cancel_request"
 INITIALIZE = "initialize"
+#: Messages held behind an in-flight initialize past which requests are refused.
+MAX_HELD = 1024
 
 
 # --- events ------------------------------------------------------------------
@@ -112,19 +128,52 @@ class Batch:
 Event: TypeAlias = Request | Notification | Response | CancelRequest | Send | Batch
 
 
-def encode(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
-    """Compact JSON, one line: a message never contains a raw newline (§2)."""
-    return orjson.dumps(message)
+class EncodeError(ValueError):
+    """A message that cannot be written as JSON at all (nested too deeply, or
+    holding a value JSON has no form for)."""
+
+
+def encode(message: Any) -> bytes:
+    """Compact JSON, one line: a message never contains a raw newline (§2).
+
+    orjson refuses lone surrogates (an id or method echoed from a peer that sent
+    ``"\\ud800"``), integers past 64 bits and nesting past 254 levels; the
+    stdlib then writes them, escaping every non-ASCII character, so the reply
+    is still valid JSON carrying the same values.  Raises ``EncodeError``
+    (a ValueError) only when neither can.
+    """
+    try:
+        return orjson.dumps(message)
+    except TypeError:
+        pass
+    try:
+        return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EncodeError(f"cannot encode the message as JSON: {exc}") from None
+
+
+class TooDeep(ValueError):
+    """Valid JSON nested past what the parser accepts."""
 
 
 def decode(frame: bytes) -> Any:
-    """Parse one frame.  Raises ValueError for anything that is not JSON."""
+    """Parse one frame.  Raises ValueError (and nothing else) for anything that
+    is not JSON, or JSON nested too deeply to parse safely."""
     try:
         return orjson.loads(frame)
     except orjson.JSONDecodeError:
-        # orjson refuses some valid JSON (integers past 64 bits): ask the stdlib
-        # before calling the frame unparsable.
+        pass
+    # orjson refuses some valid JSON (integers past 64 bits, lone surrogate
+    # escapes): ask the stdlib before calling the frame unparsable.  orjson also
+    # stops at 1024 levels, where the stdlib's recursion would blow the stack.
+    try:
         return json.loads(frame)
+    except RecursionError:
+        raise TooDeep("Parse error: the message is nested too deeply") from None
+    except ValueError:
+        raise
+    except Exception as exc:  # anything else the parser throws is still bad input
+        raise ValueError(f"unparsable message: {exc}") from None
 
 
 def _id_key(value: RequestId) -> str:
@@ -141,7 +190,9 @@ class Connection:
 
     ``require_initialize``: the agent side answers every request but
     ``initialize`` with ``-32600`` (and drops notifications other than
-    ``$/cancel_request``) until ``initialized()`` is called (§3.4).
+    ``$/cancel_request``) until ``initialize`` succeeds (§3.4): ``initialized()``
+    or a ``result()`` for it.  While it is in flight later messages are held;
+    after its reply is written, ``release()`` returns them as events.
     """
 
     def __init__(self, *, require_initialize: bool = False, accept_batches: bool = False) -> None:
@@ -151,27 +202,83 @@ class Connection:
         self._next_id = 0
         self._outbound: dict[str, str] = {}  # id key -> method, awaiting a reply
         self._inbound: dict[str, RequestId] = {}  # id key -> id, owing a reply
+        # An initialize in flight (its id key) holds later messages until released.
+        self._initializing: str | None = None
+        self._init_answered = False
+        self._held: list[Any] = []  # decoded messages, in arrival order
 
     # ---- inbound ------------------------------------------------------------
     def receive(self, frame: bytes) -> list[Event]:
         """Parse one frame into events.  Never raises for bad input."""
         try:
             message = decode(frame)
-        except (ValueError, UnicodeDecodeError):
+        except TooDeep as exc:
+            return [Send(message=_error_message(None, ParseError(str(exc))))]
+        except ValueError:
             if not frame.strip():
                 return []  # blank lines are tolerated (§2)
             return [Send(message=_error_message(None, ParseError()))]
+        if self._initializing is not None and not self._passes_hold(message):
+            return self._hold(message)
+        return self._receive_message(message)
+
+    def _receive_message(self, message: Any) -> list[Event]:
         if isinstance(message, list):
             return self._receive_batch(message)
         event = self._classify(message)
+        if isinstance(event, list):
+            return event
         if isinstance(event, dict):
             return [Send(message=event)]
         return [event] if event is not None else []
 
+    # ---- requests pipelined behind initialize ----------------------------------
+    def _passes_hold(self, message: Any) -> bool:
+        """Only a withdrawal of the initialize itself overtakes the held messages."""
+        if not (isinstance(message, dict) and message.get("method") == CANCEL_REQUEST):
+            return False
+        params = message.get("params")
+        target = params.get("requestId") if isinstance(params, dict) else None
+        return isinstance(target, (int, str)) and _id_key(target) == self._initializing
+
+    def _hold(self, message: Any) -> list[Event]:
+        if len(self._held) < MAX_HELD:
+            self._held.append(message)
+            return []
+        rid = message.get("id") if isinstance(message, dict) and "method" in message else None
+        if not _is_id(rid):
+            return []
+        err = InvalidRequest("Too many requests before initialize was answered: wait for it")
+        return [Send(message=_error_message(rid, err))]
+
+    def release(self) -> list[Event]:
+        """The held messages as events, once the initialize they wait for is answered.
+
+        They are classified now, as if they had just arrived: after a success they
+        run; after a failure requests get ``-32600`` (and a held ``initialize``
+        becomes the one in flight, holding the rest again).
+        """
+        if self._initializing is None or not self._init_answered:
+            return []
+        held, self._held = self._held, []
+        self._initializing, self._init_answered = None, False
+        events: list[Event] = []
+        for message in held:
+            if self._initializing is not None:
+                self._held.append(message)
+            else:
+                events += self._receive_message(message)
+        return events
+
     def receive_oversized(self, prefix: bytes) -> list[Event]:
         """A frame past the size limit was discarded; ``prefix`` is its start."""
         match = _ID_PREFIX.search(prefix)
-        rid: RequestId | None = decode(match.group(1)) if match else None
+        rid: RequestId | None = None
+        if match:
+            try:
+                rid = decode(match.group(1))
+            except ValueError:  # a bad escape inside the id: answer with id null
+                rid = None
         if rid is not None:
             self._inbound.pop(_id_key(rid), None)
         err = MessageTooLarge("Message too large: it exceeds this connection's size limit")
@@ -189,7 +296,9 @@ class Connection:
         others: list[Event] = []
         for entry in entries:
             event = self._classify(entry)
-            if isinstance(event, dict):
+            if isinstance(event, list):
+                others += event
+            elif isinstance(event, dict):
                 errors.append(event)
             elif isinstance(event, Request):
                 requests.append(event)
@@ -204,13 +313,13 @@ class Connection:
         )
         return [*others, batch]
 
-    def _classify(self, msg: Any) -> Event | dict[str, Any] | None:
-        """An event, an error reply owed (a dict), or None to ignore silently."""
+    def _classify(self, msg: Any) -> Event | list[Event] | dict[str, Any] | None:
+        """An event (or several), an error reply owed (a dict), or None to ignore."""
         if not isinstance(msg, dict):
             return _error_message(None, InvalidRequest("A message must be a JSON object"))
         has_id = "id" in msg
         rid = msg.get("id")
-        id_ok = isinstance(rid, (int, str)) and not isinstance(rid, bool)
+        id_ok = _is_id(rid)
         if "method" not in msg and has_id and ("result" in msg or "error" in msg):
             return self._classify_response(msg, rid if id_ok else None)
         if msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
@@ -226,9 +335,14 @@ class Connection:
         if params is not None and not isinstance(params, dict):
             if not has_id:
                 return None
-            return _error_message(
-                rid if id_ok else None, InvalidRequest("params must be an object")
+            # By-position params are JSON-RPC, but ACP names every param: -32602.
+            # Anything else is not a structured value at all: not a request.
+            err: AcpError = (
+                InvalidParams("params must be an object (ACP names its params), not an array")
+                if isinstance(params, list)
+                else InvalidRequest("params must be an object")
             )
+            return _error_message(rid if id_ok else None, err)
         method: str = msg["method"]
         if not has_id:
             return self._classify_notification(method, params)
@@ -241,7 +355,9 @@ class Connection:
 
     def _classify_request(
         self, rid: RequestId, method: str, params: dict[str, Any] | None
-    ) -> Event | dict[str, Any]:
+    ) -> Event | list[Event] | dict[str, Any]:
+        if method == CANCEL_REQUEST:
+            return self._cancel_as_request(rid, params)
         if self.require_initialize:
             if not self.is_initialized and method != INITIALIZE:
                 return _error_message(
@@ -255,12 +371,23 @@ class Connection:
                 rid, InvalidRequest(f"Request id {rid!r} is still in use by an earlier request")
             )
         self._inbound[key] = rid
+        if self.require_initialize and method == INITIALIZE:
+            self._initializing = key  # hold what follows until it is answered
         return Request(id=rid, method=method, params=params)
+
+    def _cancel_as_request(self, rid: RequestId, params: dict[str, Any] | None) -> list[Event]:
+        """``$/cancel_request`` sent with an id: it still cancels, and is answered ``{}``."""
+        events: list[Event] = []
+        cancel = self._classify_notification(CANCEL_REQUEST, params)
+        if cancel is not None:
+            events.append(cancel)
+        events.append(Send(message={"jsonrpc": "2.0", "id": rid, "result": {}}))
+        return events
 
     def _classify_notification(self, method: str, params: dict[str, Any] | None) -> Event | None:
         if method == CANCEL_REQUEST:
             rid = (params or {}).get("requestId")
-            if isinstance(rid, (int, str)) and not isinstance(rid, bool):
+            if _is_id(rid):
                 return CancelRequest(id=rid)
             return None
         if not self.is_initialized:
@@ -304,17 +431,22 @@ class Connection:
 
     def result(self, rid: RequestId, result: Any) -> dict[str, Any]:
         """The reply to inbound request ``rid``.  Raises AcpUsageError if already answered."""
-        self._settle(rid)
+        self._settle(rid, ok=True)
         return {"jsonrpc": "2.0", "id": rid, "result": result}
 
     def error(self, rid: RequestId, err: AcpError) -> dict[str, Any]:
         """The error reply to inbound request ``rid``."""
-        self._settle(rid)
+        self._settle(rid, ok=False)
         return _error_message(rid, err)
 
-    def _settle(self, rid: RequestId) -> None:
-        if self._inbound.pop(_id_key(rid), None) is None:
+    def _settle(self, rid: RequestId, *, ok: bool) -> None:
+        key = _id_key(rid)
+        if self._inbound.pop(key, None) is None:
             raise AcpUsageError(f"request {rid!r} is not awaiting a reply (answered twice?)")
+        if key == self._initializing:
+            self._init_answered = True
+            if ok:
+                self.is_initialized = True
 
     def initialized(self) -> None:
         """Open the initialize gate: ``initialize`` was answered successfully."""
@@ -322,6 +454,10 @@ class Connection:
 
     def owes_reply(self, rid: RequestId) -> bool:
         return _id_key(rid) in self._inbound
+
+
+def _is_id(value: Any) -> TypeGuard[RequestId]:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
 def _error_message(rid: RequestId | None, err: AcpError) -> dict[str, Any]:

@@ -4,14 +4,19 @@
 
 - each inbound request runs in its own task, so a slow handler never stalls the
   read loop; ``$/cancel_request`` cancels that task and the peer still answers,
-  with ``-32800`` (ACP-V2.md §2.5: unlike MCP, ACP always answers);
+  with ``-32800`` (ACP-V2.md §2.5: unlike MCP, ACP always answers), even when
+  the cancel came in the same read as the request and the task never started:
+  every request gets exactly one answer;
 - notifications run in arrival order per session (keyed by ``params.sessionId``),
   each session on its own worker, so one slow session does not hold up another;
 - outbound messages leave in the order they were sent: they are queued
   synchronously and one writer task drains the queue, many frames per write;
 - exceptions become JSON-RPC errors in exactly one place, ``_answer``: an
   ``AcpError`` as itself, a pydantic ``ValidationError`` as ``-32602`` with the
-  detail in ``data``, anything else logged and answered ``-32603``.
+  detail in ``data``, anything else logged and answered ``-32603``;
+- at the end of input, requests already read get ``EOF_GRACE_S`` to finish
+  and be answered while the output is still writable; what is still running
+  then is cancelled and answered ``-32800``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from .connection import (
     Batch,
     CancelRequest,
     Connection,
+    EncodeError,
     Event,
     Notification,
     Request,
@@ -54,9 +60,13 @@ log = logging.getLogger("crow.acp")
 OUTBOX_HIGH_WATER = 4096
 #: How long shutdown waits for in-flight handlers and the last writes.
 SHUTDOWN_WAIT_S = 0.5
+#: How long requests already read at the end of input get to finish and be answered.
+EOF_GRACE_S = 2.0
 
 RequestHandler = Callable[[str, dict[str, Any] | None], Awaitable[Any]]
 NotificationHandler = Callable[[str, dict[str, Any] | None], Awaitable[None]]
+Reply = dict[str, Any]
+ReplySink = Callable[[Reply], None]
 
 
 class Transport(Protocol):
@@ -84,14 +94,15 @@ class Peer:
         on_request: RequestHandler,
         on_notification: NotificationHandler,
         connection: Connection | None = None,
+        eof_grace_s: float = EOF_GRACE_S,
     ) -> None:
         self.transport = transport
+        self.eof_grace_s = eof_grace_s
         self.connection = connection or Connection()
         self._on_request = on_request
         self._on_notification = on_notification
         self._waiting: dict[str, asyncio.Future[Response]] = {}
         self._handlers: dict[str, asyncio.Task[None]] = {}
-        self._cancelled_by_peer: set[str] = set()
         self._queues: dict[Any, list[Notification]] = {}
         self._workers: dict[Any, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -100,6 +111,9 @@ class Peer:
         self._drained = asyncio.Event()
         self._drained.set()
         self._closed = False
+        self._closing = False  # our own aclose: nobody is left to answer
+        self._input_ended = False  # no response can arrive any more
+        self._stopping = False  # shutdown is cancelling what still runs
         self.closed = asyncio.Event()
 
     # ---- public API -----------------------------------------------------------
@@ -126,7 +140,7 @@ class Peer:
         ``ConnectionClosed`` if the connection ends first.  Cancelling the
         caller withdraws the request with ``$/cancel_request``.
         """
-        if self._closed:
+        if self._closed or self._input_ended:
             raise ConnectionClosed(f"cannot send {method}: the connection is closed")
         rid, message = self.connection.request(method, params)
         key = str(rid)
@@ -161,9 +175,7 @@ class Peer:
         """
         if self._closed:
             return
-        self._outbox.append(frame)
-        self._drained.clear()
-        self._wake.set()
+        self._queue_frame(frame)
 
     @property
     def backed_up(self) -> bool:
@@ -175,7 +187,8 @@ class Peer:
         await self._drained.wait()
 
     async def aclose(self) -> None:
-        """Close the transport; ``run`` then winds down."""
+        """Close the transport; ``run`` then winds down (without the end-of-input grace)."""
+        self._closing = True
         await self.transport.aclose()
 
     # ---- dispatch -------------------------------------------------------------
@@ -192,7 +205,7 @@ class Peer:
             elif isinstance(event, CancelRequest):
                 self._cancel_handler(event.id)
             elif isinstance(event, Send):
-                self._enqueue(event.message)
+                self._enqueue_reply(event.message)
             elif isinstance(event, Batch):
                 self._start_batch(event)
 
@@ -203,63 +216,97 @@ class Peer:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _start_request(self, request: Request) -> None:
-        async def run() -> None:
-            self._enqueue(await self._answer(request))
-
+    def _start_request(self, request: Request, deliver: ReplySink | None = None) -> None:
+        """Run one request in its own task; ``deliver`` gets its one reply."""
+        sink = deliver or self._send_reply
         key = str(request.id)
-        task = self._spawn(run(), f"acp-request-{request.method}")
+        answered = False
+
+        async def run() -> None:
+            nonlocal answered
+            reply = await self._answer(request)
+            answered = True
+            sink(reply)  # from inside the task: before any work it spawned speaks
+
+        def done(task: asyncio.Task[None]) -> None:
+            if self._handlers.get(key) is task:
+                del self._handlers[key]
+            failure = None if task.cancelled() else task.exception()
+            if answered:
+                if failure is not None:
+                    log.error("after answering %s", request.method, exc_info=failure)
+                return
+            # Cancelled before its first step (a cancel in the same read as the
+            # request) or died oddly: the request is still owed exactly one answer.
+            if task.cancelled():
+                sink(self.connection.error(request.id, self._cancelled_error()))
+            else:
+                sink(self._internal_error(request, failure))
+
+        task: asyncio.Task[None] = self._spawn(run(), f"acp-request-{request.method}")
         self._handlers[key] = task
-        task.add_done_callback(lambda _: self._handlers.pop(key, None))
+        task.add_done_callback(done)
+
+    def _send_reply(self, reply: Reply) -> None:
+        self._enqueue_reply(reply)
+        # Answering an initialize lets the requests pipelined behind it run.
+        self._dispatch(self.connection.release())
 
     def _start_batch(self, batch: Batch) -> None:
         for notification in batch.notifications:
             self._queue_notification(notification)
         if not batch.requests and not batch.errors:
             return  # an all-notification batch gets no reply at all (§2.4)
+        replies: list[Reply] = list(batch.errors)
+        expected = len(batch.errors) + len(batch.requests)
 
-        async def run() -> None:
-            replies = await asyncio.gather(*(self._answer(r) for r in batch.requests))
-            self._enqueue([*batch.errors, *replies])
+        def collect(reply: Reply) -> None:
+            replies.append(reply)
+            if len(replies) == expected:
+                self._enqueue_reply(replies)
+                self._dispatch(self.connection.release())
 
-        self._spawn(run(), "acp-batch")
+        if not batch.requests:
+            self._enqueue_reply(replies)
+        for request in batch.requests:
+            self._start_request(request, collect)
 
-    async def _answer(self, request: Request) -> dict[str, Any]:
+    async def _answer(self, request: Request) -> Reply:
         """Run the handler; the one place exceptions become JSON-RPC errors."""
-        key = str(request.id)
-        if asyncio.current_task() is not None and key not in self._handlers:
-            self._handlers[key] = asyncio.current_task()  # type: ignore[assignment]
         try:
             result = await self._on_request(request.method, request.params)
             return self.connection.result(request.id, result)
         except asyncio.CancelledError:
-            if key not in self._cancelled_by_peer:
-                raise
-            self._cancelled_by_peer.discard(key)
+            # By $/cancel_request, by shutdown, or from inside the handler: the
+            # request is still answered (§2.5), and this task ends normally.
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            return self.connection.error(request.id, RequestCancelled())
+            return self.connection.error(request.id, self._cancelled_error())
         except AcpError as exc:
             return self.connection.error(request.id, exc)
         except ValidationError as exc:
             detail = json.loads(exc.json(include_url=False, include_input=False))
             summary = _summarize(detail)
             return self.connection.error(request.id, InvalidParams(summary, data=detail))
-        except Exception:
-            log.exception("handler for %s failed", request.method)
-            return self.connection.error(
-                request.id, InternalError(f"Internal error while handling {request.method}")
-            )
-        finally:
-            self._handlers.pop(key, None)
+        except Exception as exc:
+            return self._internal_error(request, exc)
+
+    def _internal_error(self, request: Request, exc: BaseException | None) -> Reply:
+        log.error("handler for %s failed", request.method, exc_info=exc)
+        return self.connection.error(
+            request.id, InternalError(f"Internal error while handling {request.method}")
+        )
+
+    def _cancelled_error(self) -> RequestCancelled:
+        if self._stopping:
+            return RequestCancelled("Request cancelled: the connection closed before it finished")
+        return RequestCancelled()
 
     def _cancel_handler(self, rid: RequestId) -> None:
-        key = str(rid)
-        task = self._handlers.get(key)
+        task = self._handlers.get(str(rid))
         if task is None or task.done():
             return  # unknown or finished: ignored silently (§2.5)
-        self._cancelled_by_peer.add(key)
         task.cancel()
 
     def _queue_notification(self, notification: Notification) -> None:
@@ -286,9 +333,32 @@ class Peer:
 
     # ---- writing --------------------------------------------------------------
     def _enqueue(self, message: dict[str, Any] | list[dict[str, Any]]) -> None:
+        """Queue a request or notification of ours; one JSON cannot carry is dropped."""
         if self._closed:
             return
-        self._outbox.append(encode(message))
+        try:
+            frame = encode(message)
+        except EncodeError as exc:
+            method = message.get("method") if isinstance(message, dict) else None
+            log.error("dropping an outbound %s: %s", method or "message", exc)
+            return
+        self._queue_frame(frame)
+
+    def _enqueue_reply(self, reply: Reply | list[Reply]) -> None:
+        """Queue a reply; one that JSON cannot carry becomes ``-32603`` for its id."""
+        if self._closed:
+            return
+        try:
+            frame = encode(reply)
+        except EncodeError as exc:
+            log.error("a reply could not be encoded: %s", exc)
+            replies = reply if isinstance(reply, list) else [reply]
+            fixed = [_encodable(r) for r in replies]
+            frame = encode(fixed if isinstance(reply, list) else fixed[0])
+        self._queue_frame(frame)
+
+    def _queue_frame(self, frame: bytes) -> None:
+        self._outbox.append(frame)
         self._drained.clear()
         self._wake.set()
 
@@ -314,15 +384,21 @@ class Peer:
 
     # ---- shutdown -------------------------------------------------------------
     async def _shutdown(self, writer: asyncio.Task[None]) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_S)
+        # Nothing more can be read: our own requests will never be answered.
+        self._input_ended = True
         for future in self._waiting.values():
             if not future.done():
                 future.set_exception(ConnectionClosed("the connection closed"))
         self._waiting.clear()
+        if not (self._closed or self._closing):
+            await self._wait_for_tasks(self.eof_grace_s)  # requests already read get answered
+        self._stopping = True
+        for _ in range(3):  # a cancelled initialize can release held requests: again
+            if not self._tasks:
+                break
+            for task in list(self._tasks):
+                task.cancel()
+            await self._wait_for_tasks(SHUTDOWN_WAIT_S)
         self._closed = True
         self._wake.set()
         with contextlib.suppress(asyncio.TimeoutError, Exception):
@@ -331,6 +407,24 @@ class Peer:
         with contextlib.suppress(Exception):
             await self.transport.aclose()
         self.closed.set()
+
+    async def _wait_for_tasks(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for every task, including ones started meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._tasks and (left := deadline - loop.time()) > 0:
+            await asyncio.wait(list(self._tasks), timeout=left)
+            await asyncio.sleep(0)  # let done callbacks start what they release
+
+
+def _encodable(reply: Reply) -> Reply:
+    """``reply`` if JSON can carry it, else a ``-32603`` for the same id."""
+    try:
+        encode(reply)
+    except EncodeError:
+        err = InternalError("Internal error: the reply could not be encoded as JSON")
+        return {"jsonrpc": "2.0", "id": reply.get("id"), "error": err.to_error()}
+    return reply
 
 
 def _summarize(detail: list[dict[str, Any]]) -> str:

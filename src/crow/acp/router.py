@@ -34,13 +34,24 @@ from typing import Any
 
 import orjson
 
-from .connection import CANCEL_REQUEST, Connection, Request, Send, decode, encode
+from .connection import (
+    CANCEL_REQUEST,
+    Connection,
+    EncodeError,
+    Request,
+    Send,
+    TooDeep,
+    decode,
+    encode,
+)
 from .errors import (
     AcpError,
+    InternalError,
     InvalidParams,
     InvalidRequest,
     MessageTooLarge,
     ParseError,
+    RequestCancelled,
     UnsupportedProtocolVersion,
 )
 from .jsonrpc import Transport
@@ -110,6 +121,7 @@ class ProtocolRouter:
                         return handler, frame
                     assert refusal is not None
                     replies.append(gate.error(event.id, refusal))
+                    gate.release()  # nothing is held: frames are read one at a time
                 # Notifications, responses and cancels before initialize: dropped (§3.4).
             if not await _write(transport, replies):
                 return None
@@ -137,7 +149,8 @@ async def _write(transport: Transport, messages: list[Any]) -> bool:
     if not messages:
         return True
     try:
-        await transport.write_frames([encode(m) for m in messages])
+        frames = [f for f in map(_encode, messages) if f is not None]
+        await transport.write_frames(frames)
     except (ConnectionError, OSError, RuntimeError):
         return False
     return True
@@ -166,15 +179,24 @@ class MessageTransport:
     """A frame ``Transport`` as the ``acp`` package's message-level Transport.
 
     Inbound, frames become dicts; what ``acp``'s connection mishandles is
-    answered here instead: bad JSON gets ``-32700``, a batch or a non-object one
-    ``-32600`` (a batch would kill its receive loop), an oversized frame
-    ``-32600``; ``$/cancel_request`` (which it does not implement) is dropped,
-    and a response id echoed as a string of digits is turned back into the
-    integer it was sent as (it matches ids as ints).
+    answered here instead: bad JSON (or JSON nested too deeply) gets ``-32700``,
+    a batch or a non-object one ``-32600`` (a batch would kill its receive
+    loop), an oversized frame ``-32600``; ``$/cancel_request`` (which it does
+    not implement) is dropped, a v1 notification sent as a request
+    (``session/cancel`` with an id) is passed on as the notification and
+    answered ``{}``, and a response id echoed as a string of digits is turned
+    back into the integer it was sent as (it matches ids as ints).
+
+    It also keeps count of the requests it handed over that are still owed a
+    reply: ``settled`` waits (bounded) for them at the end of input, and
+    ``close`` answers the ones left ``-32800`` rather than dropping them.
 
     Outbound, ``send_nowait`` queues synchronously and one writer task writes in
     order, so a synchronous caller (a session watcher) keeps its order.
     """
+
+    #: v1 methods that are notifications (the client sends, the agent never answers).
+    NOTIFICATIONS = frozenset({"session/cancel"})
 
     def __init__(self, frames: Transport) -> None:
         self.frames = frames
@@ -183,6 +205,9 @@ class MessageTransport:
         self._drained = asyncio.Event()
         self._drained.set()
         self._writer: asyncio.Task[None] | None = None
+        self._owed: dict[str, Any] = {}  # repr(id) -> id, for requests handed over
+        self._all_answered = asyncio.Event()
+        self._all_answered.set()
         self.closed = False
 
     # ---- receiving ------------------------------------------------------------
@@ -205,7 +230,10 @@ class MessageTransport:
     def _accept(self, frame: bytes) -> dict[str, Any] | None:
         try:
             message = decode(frame)
-        except (ValueError, UnicodeDecodeError):
+        except TooDeep as exc:
+            self._queue(_error(None, ParseError(str(exc))))
+            return None
+        except ValueError:
             if frame.strip():
                 self._queue(_error(None, ParseError()))
             return None
@@ -216,12 +244,27 @@ class MessageTransport:
         if not isinstance(message, dict):
             self._queue(_error(None, InvalidRequest("A message must be a JSON object")))
             return None
-        if message.get("method") == CANCEL_REQUEST:
+        method = message.get("method")
+        if method == CANCEL_REQUEST:
             return None
         rid = message.get("id")
-        if "method" not in message and isinstance(rid, str) and rid.isdigit():
-            message["id"] = int(rid)
+        if method is None:
+            if isinstance(rid, str) and rid.isdigit():
+                message["id"] = int(rid)
+            return message
+        if "id" in message and method in self.NOTIFICATIONS:
+            self._queue({"jsonrpc": "2.0", "id": rid, "result": {}})
+            return {k: v for k, v in message.items() if k != "id"}
+        if "id" in message:
+            self._owed[repr(rid)] = rid
+            self._all_answered.clear()
         return message
+
+    async def settled(self, timeout: float) -> None:
+        """Wait up to ``timeout`` until every request handed over has been answered."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._all_answered.wait()
 
     # ---- sending --------------------------------------------------------------
     async def send(self, message: dict[str, Any]) -> None:
@@ -237,7 +280,14 @@ class MessageTransport:
     def _queue(self, message: dict[str, Any]) -> None:
         if self.closed:
             return
-        self._outbox.append(_encode(message))
+        if "method" not in message and self._owed:
+            self._owed.pop(repr(message.get("id")), None)
+            if not self._owed:
+                self._all_answered.set()
+        frame = _encode(message)
+        if frame is None:
+            return
+        self._outbox.append(frame)
         self._drained.clear()
         self._wake.set()
         if self._writer is None:
@@ -269,7 +319,10 @@ class MessageTransport:
             self._drained.set()
 
     async def close(self) -> None:
-        """Write what is queued (bounded), then close the transport."""
+        """Answer what is still owed, write what is queued (bounded), then close."""
+        for rid in list(self._owed.values()):
+            err = RequestCancelled("Request cancelled: the connection closed before it finished")
+            self._queue(_error(rid, err))
         if self._writer is not None and not self.closed:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_FLUSH_S):
@@ -284,11 +337,26 @@ class MessageTransport:
             await self.frames.aclose()
 
 
-def _encode(message: dict[str, Any]) -> bytes:
+def _encode(message: dict[str, Any]) -> bytes | None:
+    """``encode``, for messages this side did not build.  One JSON cannot carry
+    (acp puts pydantic's raw error details, exceptions, in error data) is written
+    with such values as strings; failing that a reply becomes a ``-32603`` for
+    its id, and a request or notification is dropped (None)."""
     try:
         return encode(message)
-    except TypeError:  # acp puts pydantic's raw error details (exceptions) in error data
+    except EncodeError:
+        pass
+    try:
         return orjson.dumps(message, default=str)
+    except TypeError as exc:
+        log.error("a message could not be encoded as JSON: %s", exc)
+    if "method" in message:
+        return None
+    err = InternalError("Internal error: the reply could not be encoded as JSON")
+    try:
+        return encode(_error(message.get("id"), err))
+    except EncodeError:  # the id itself: still an answer, with id null
+        return encode(_error(None, err))
 
 
 def _error(rid: Any, err: AcpError) -> dict[str, Any]:

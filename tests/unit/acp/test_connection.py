@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
 import pytest
 
 from crow.acp.connection import (
+    MAX_HELD,
     Batch,
     CancelRequest,
     Connection,
+    EncodeError,
     Notification,
     Request,
     Response,
     Send,
+    decode,
     encode,
 )
 from crow.acp.errors import (
+    INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,
     AcpUsageError,
+    InvalidParams,
     MessageTooLarge,
     MethodNotFound,
 )
@@ -40,6 +47,11 @@ BAD_INPUT = [  # (line, expected code, reply id)
     (b'{"jsonrpc":"2.0","id":{"a":1},"method":"session/list"}', INVALID_REQUEST, None),
     (b'{"jsonrpc":"2.0","id":true,"method":"session/list"}', INVALID_REQUEST, None),
     (b'{"jsonrpc":"2.0","id":6,"method":"session/list","params":"x"}', INVALID_REQUEST, 6),
+    (b'{"jsonrpc":"2.0","id":7,"method":"session/list","params":[1]}', INVALID_PARAMS, 7),
+    (b'{"jsonrpc":"2.0","id":8,"method":"session/list","params":[]}', INVALID_PARAMS, 8),
+    (b"[" * 1100 + b"]" * 1100, PARSE_ERROR, None),
+    (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, PARSE_ERROR, None),
+    (b"\xff\xfe{}", PARSE_ERROR, None),
 ]
 
 
@@ -196,3 +208,164 @@ def test_notifications_are_events():
 def test_encoding_is_one_compact_line():
     frame = encode({"jsonrpc": "2.0", "method": "m", "params": {"t": "a\nb", "u": "é"}})
     assert b"\n" not in frame and b" " not in frame
+
+
+# ---- decode and encode never fail on what a peer sends -----------------------------
+DECODABLE = [  # (frame, value)
+    (b'{"id":"\\ud800"}', {"id": "\ud800"}),  # orjson refuses a lone surrogate escape
+    (b"[" * 1000 + b"]" * 1000, "nested"),
+]
+
+
+@pytest.mark.parametrize(("frame", "value"), DECODABLE)
+def test_decode_takes_valid_json_orjson_refuses(frame, value):
+    got = decode(frame)
+    if value != "nested":
+        assert got == value
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"[" * 1025 + b"]" * 1025, b"[" * 500_000, b'{"a":' * 50_000, b"\xff", b"\xc3(", b"{,}"],
+)
+def test_decode_raises_only_value_error(frame):
+    with pytest.raises(ValueError):
+        decode(frame)
+
+
+def deep(levels: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+ENCODABLE = [
+    {"jsonrpc": "2.0", "id": "\ud800", "result": {}},  # echoed from a peer
+    {"jsonrpc": "2.0", "id": 2**70, "error": {"code": -32601, "message": "\udfff"}},
+    {"jsonrpc": "2.0", "method": "n", "params": {"deep": deep(400)}},  # past orjson's 254
+    {"jsonrpc": "2.0", "method": "n", "params": {"t": "line\nbreak \u2028 é"}},
+]
+
+
+@pytest.mark.parametrize("message", ENCODABLE)
+def test_encode_writes_what_orjson_refuses_as_one_line_of_valid_json(message):
+    frame = encode(message)
+    assert b"\n" not in frame
+    assert json.loads(frame) == message
+
+
+@pytest.mark.parametrize("message", [{"deep": deep(5000)}, {"x": object()}, {"x": float("nan")}])
+def test_encode_raises_encode_error_when_json_cannot_carry_it(message):
+    if isinstance(message.get("x"), float):
+        assert encode(message) == b'{"x":null}'  # orjson's choice: still valid JSON
+        return
+    with pytest.raises(EncodeError):
+        encode(message)
+
+
+# ---- a notification method sent with an id -------------------------------------------
+def test_cancel_request_sent_as_a_request_cancels_and_is_answered():
+    cancel, reply = ready().receive(
+        b'{"jsonrpc":"2.0","id":9,"method":"$/cancel_request","params":{"requestId":3}}'
+    )
+    assert cancel == CancelRequest(id=3)
+    assert reply.message == {"jsonrpc": "2.0", "id": 9, "result": {}}
+
+
+# ---- requests pipelined behind initialize -------------------------------------------
+INIT = b'{"jsonrpc":"2.0","id":"i","method":"initialize","params":{}}'
+INIT2 = b'{"jsonrpc":"2.0","id":"j","method":"initialize","params":{}}'
+NEW = b'{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}'
+LIST = b'{"jsonrpc":"2.0","id":2,"method":"session/list"}'
+NOTE = b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}'
+CANCEL_INIT = b'{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":"i"}}'
+
+
+def summary(events: list[Any]) -> list[Any]:
+    """Events in short: a request's id, a notification's method, an error's code."""
+    out: list[Any] = []
+    for event in events:
+        if isinstance(event, Request):
+            out.append(event.id)
+        elif isinstance(event, Notification):
+            out.append(event.method)
+        elif isinstance(event, CancelRequest):
+            out.append(("cancel", event.id))
+        else:
+            out.append(event.message["error"]["code"])
+    return out
+
+
+HOLD_CASES = [  # (frames after INIT, outcome of INIT, released events, then pending)
+    ([NEW, NOTE, LIST], "ok", [1, "session/cancel", 2], False),
+    ([NEW, NOTE, LIST], "fail", [INVALID_REQUEST, INVALID_REQUEST], False),
+    ([NEW, INIT2, LIST], "ok", [1, INVALID_REQUEST, 2], False),
+    ([NEW, INIT2, LIST], "fail", [INVALID_REQUEST, "j"], True),  # LIST waits for INIT2
+    ([b"{bad", NEW], "ok", [1], False),  # a parse error is answered at once, not held
+]
+
+
+@pytest.mark.parametrize(("frames", "outcome", "released", "pending"), HOLD_CASES)
+def test_messages_behind_an_initialize_are_held_until_it_is_answered(
+    frames, outcome, released, pending
+):
+    conn = Connection(require_initialize=True)
+    [init] = conn.receive(INIT)
+    assert isinstance(init, Request)
+    at_once = [e for f in frames for e in conn.receive(f)]
+    assert all(isinstance(e, Send) and e.message["error"]["code"] == PARSE_ERROR for e in at_once)
+    assert conn.release() == []  # nothing moves before the answer
+    if outcome == "ok":
+        conn.initialized()
+        conn.result("i", {})
+    else:
+        conn.error("i", InvalidParams("bad"))
+    assert summary(conn.release()) == released
+    assert conn.release() == []
+    if pending:
+        conn.error("j", InvalidParams("bad again"))
+        assert summary(conn.release()) == [INVALID_REQUEST]
+
+
+def test_a_cancel_of_the_initialize_itself_is_not_held():
+    conn = Connection(require_initialize=True)
+    conn.receive(INIT)
+    assert conn.receive(NEW) == []
+    assert summary(conn.receive(CANCEL_INIT)) == [("cancel", "i")]
+
+
+def test_what_is_held_is_bounded():
+    conn = Connection(require_initialize=True)
+    conn.receive(INIT)
+    for n in range(MAX_HELD):
+        assert conn.receive(b'{"jsonrpc":"2.0","id":%d,"method":"m"}' % (n + 10)) == []
+    [refused] = conn.receive(NEW)
+    assert refused.message["id"] == 1 and refused.message["error"]["code"] == INVALID_REQUEST
+    assert conn.receive(NOTE) == []  # a notification past the bound is dropped
+    conn.result("i", {})
+    assert len(conn.release()) == MAX_HELD
+
+
+def test_held_messages_come_back_after_a_success_through_result_alone():
+    """The answer itself opens the gate, even if ``initialized()`` was not called."""
+    conn = Connection(require_initialize=True)
+    conn.receive(INIT)
+    conn.receive(LIST)
+    conn.result("i", {})
+    assert conn.is_initialized and summary(conn.release()) == [2]
+
+
+@pytest.mark.parametrize(
+    ("prefix", "rid"),
+    [
+        (b'{"jsonrpc":"2.0","id":"a\\qb","method":"x","params":{"p":"', None),  # bad escape
+        (b'{"jsonrpc":"2.0","id":"\\ud800","method":"x"', "\ud800"),
+        (b'{"jsonrpc":"2.0","id":12,"method":"x"', 12),
+        (b"\xff\xfe", None),
+    ],
+)
+def test_an_oversized_frame_is_answered_whatever_its_prefix(prefix, rid):
+    [reply] = ready().receive_oversized(prefix)
+    assert reply.message["id"] == rid and reply.message["error"]["code"] == INVALID_REQUEST
+    encode(reply.message)

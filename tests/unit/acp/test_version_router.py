@@ -131,7 +131,11 @@ BAD_INPUT = [  # (frame, expected code, reply id)
     (b"[]", INVALID_REQUEST, None),
     (b'[{"jsonrpc":"2.0","id":1,"method":"initialize"}]', INVALID_REQUEST, None),
     (b"42", INVALID_REQUEST, None),
-    (b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":[]}', INVALID_REQUEST, 7),
+    (b'{"jsonrpc":"2.0","id":7,"method":"initialize","params":[]}', INVALID_PARAMS, 7),
+    (b'{"jsonrpc":"2.0","id":8,"method":"initialize","params":"x"}', INVALID_REQUEST, 8),
+    (b"[" * 5000 + b"]" * 5000, PARSE_ERROR, None),
+    (b'{"jsonrpc":"2.0","id":"\\ud800","method":"session/new"}', INVALID_REQUEST, "\ud800"),
+    (b'{"jsonrpc":"2.0","id":9,"method":"\\udfff"}', INVALID_REQUEST, 9),
 ]
 
 
@@ -314,3 +318,85 @@ async def test_the_adapter_sends_in_order_and_flushes_on_close():
         messages.send_nowait({"jsonrpc": "2.0", "method": "late"})  # dropped, no error
         with pytest.raises(ConnectionError):
             await messages.send({"jsonrpc": "2.0", "id": 1, "method": "session/request_permission"})
+
+
+async def test_the_adapter_answers_a_v1_notification_sent_as_a_request():
+    async with asyncio.timeout(WAIT_S):
+        messages, peer = await pair()
+        await peer.write_frames(
+            [
+                frame(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 4,
+                        "method": "session/cancel",
+                        "params": {"sessionId": "s"},
+                    }
+                )
+            ]
+        )
+        assert await messages.receive() == {
+            "jsonrpc": "2.0",
+            "method": "session/cancel",
+            "params": {"sessionId": "s"},
+        }
+        assert json.loads(await peer.read_frame() or b"") == {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "result": {},
+        }
+        await messages.settled(0)  # nothing owed: returns at once
+        await messages.close()
+
+
+async def test_the_adapter_answers_what_is_still_owed_when_it_closes():
+    """End of input: settled() waits (bounded) for replies; close() answers the rest."""
+    async with asyncio.timeout(WAIT_S):
+        messages, peer = await pair()
+        await peer.write_frames([frame({"jsonrpc": "2.0", "id": i, "method": "m"}) for i in (1, 2)])
+        assert (await messages.receive() or {})["id"] == 1
+        assert (await messages.receive() or {})["id"] == 2
+        answered = asyncio.create_task(messages.settled(WAIT_S))
+        await messages.send({"jsonrpc": "2.0", "id": 1, "result": {}})
+        await asyncio.sleep(0.01)
+        assert not answered.done()  # 2 is still owed
+        await messages.settled(0.01)  # bounded: returns anyway
+        await messages.close()
+        answered.cancel()
+        seen = [json.loads(f) for f in [await peer.read_frame(), await peer.read_frame()] if f]
+        assert seen[0] == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        assert seen[1]["id"] == 2 and seen[1]["error"]["code"] == -32800
+
+
+async def test_the_adapter_writes_what_orjson_refuses():
+    async with asyncio.timeout(WAIT_S):
+        messages, peer = await pair()
+        await peer.write_frames([b"[" * 3000 + b"]" * 3000])
+        await messages.send({"jsonrpc": "2.0", "id": "\ud800", "result": {}})
+        await messages.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 3,
+                "error": {"code": -32602, "message": "x", "data": [ValueError("e")]},
+            }
+        )
+        receiving = asyncio.create_task(messages.receive())
+        replies = [json.loads(await peer.read_frame() or b"") for _ in range(3)]
+        assert replies[0] == {"jsonrpc": "2.0", "id": "\ud800", "result": {}}
+        assert replies[1]["error"]["data"] == ["e"]
+        assert replies[2]["id"] is None and replies[2]["error"]["code"] == PARSE_ERROR
+        await peer.aclose()
+        assert await receiving is None
+        await messages.close()
+
+
+async def test_a_refused_initialize_leaves_the_gate_open_for_the_next():
+    """The gate's initialize hold ends with the refusal (else the retry would be held)."""
+    wire = Wire(ProtocolRouter(v2=Recorder("v2")))
+    async with asyncio.timeout(WAIT_S):
+        await wire.send(initialize(0, rid=1), frame({"jsonrpc": "2.0", "id": 2, "method": "x"}))
+        assert (await wire.recv())["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
+        assert (await wire.recv())["error"]["code"] == INVALID_REQUEST
+        await wire.send(initialize(2, rid=3))
+        assert await wire.recv() == {"handledBy": "v2"}
+        await wire.close()
