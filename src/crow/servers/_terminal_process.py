@@ -4,6 +4,8 @@ Owns how ``SHELL -c COMMAND`` is started (the caller names the shell; its own se
 group, stdin from ``/dev/null``, stderr merged into stdout), the task that reads its pipe
 into a callback, and the one way a group is ended: SIGTERM to the group, SIGKILL after
 ``KILL_GRACE_S``, then draining (or abandoning) a pipe that an escaped process still holds.
+Every group is registered with ``crow.children`` from its start until it is known to be
+gone, so it dies with this process however this process dies.
 It does not own what is done with the output (``_terminal_output``) nor the tools' results
 (``_terminal_jobs``).
 """
@@ -19,6 +21,8 @@ from contextlib import suppress
 from pathlib import Path
 
 import anyio
+
+from crow import children
 
 # The terminal server's logger, whichever of its modules logs.
 logger = logging.getLogger("crow.servers.terminal")
@@ -92,7 +96,8 @@ class Child:
     async def spawn(
         cls, command: str, cwd: Path, on_chunk: Callable[[bytes], None], *, shell: str
     ) -> Child:
-        env = dict(os.environ)
+        # Tagged: what the command starts, even outside its group, dies with this process.
+        env = children.tagged_env(os.environ)
         env["PWD"] = str(cwd)
         proc = await asyncio.create_subprocess_exec(
             shell,
@@ -105,6 +110,7 @@ class Child:
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
+        children.register(proc.pid)  # no await since the spawn: nothing can come between
         return cls(proc, command, cwd, on_chunk)
 
     async def _read(self) -> None:
@@ -152,19 +158,28 @@ class Child:
 
     async def terminate(self, grace: float = KILL_GRACE_S) -> None:
         """SIGTERM the group, SIGKILL it after ``grace``; return once the group is gone."""
+        if await self._end_group(grace):
+            # Only once it is gone: an id left with the reaper must never be a recycled one.
+            children.unregister(self.pgid)
+
+    async def _end_group(self, grace: float) -> bool:
+        """Whether the group is gone (it may not be: a process stuck in the kernel)."""
         if not self._needs_kill():
-            return
+            return True
         loop = asyncio.get_running_loop()
         _killpg(self.pgid, signal.SIGTERM)
         deadline = loop.time() + grace
         while loop.time() < deadline:
             await asyncio.sleep(0.01)
             if not self._needs_kill():
-                return
+                return True
         _killpg(self.pgid, signal.SIGKILL)
         deadline = loop.time() + 5.0
-        while self._needs_kill() and loop.time() < deadline:
+        while loop.time() < deadline:
+            if not self._needs_kill():
+                return True
             await asyncio.sleep(0.01)
+        return False
 
     async def finish(self) -> None:
         """After the group is gone: read what is left in the pipe, then release it."""

@@ -10,6 +10,13 @@ A server that fails to start, times out, or dies mid-session is reported
 through ``on_event`` (the agent shows it to the user) and its tools are
 withdrawn; the other servers keep working.
 
+A stdio server leads a process group of its own (the SDK starts it with
+``start_new_session``).  It is tagged and its group registered with
+``crow.children``, so it and what it starts die with Crow however Crow dies; and
+when the SDK has shut it down (stdin closed, then SIGTERM and SIGKILL to the group
+if it lingers), what it left behind is killed too: the SDK stops there when the
+server itself exits in time.
+
 Tool names the model sees are namespaced ``<server>__<tool>``.  The ``mcp``
 package is imported in a worker thread on first use: it costs ~0.6 s.
 """
@@ -19,11 +26,16 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import os
 import re
+import secrets
+import signal
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
+from crow import children
 from crow.config import McpServerSpec
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
@@ -86,6 +98,8 @@ class _Server:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     error: str | None = None
     dead: bool = False
+    label: str | None = None  # a stdio server's tag value (crow.children) until released
+    pgid: int | None = None  # its process group, once found
 
 
 class ToolHub:
@@ -117,19 +131,25 @@ class ToolHub:
             self._launch(name, target, builtin_timeout_s)
         for spec in specs:
             target = spec.url
+            label = None
             if spec.command is not None:
-                target = StdioServerParameters(
-                    command=spec.command, args=list(spec.args), env=spec.env or None
-                )
-            self._launch(spec.name, target, spec.timeout_s, headers=spec.headers)
+                label = secrets.token_hex(8)
+                env = children.tagged_env(spec.env, label)
+                target = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
+            self._launch(spec.name, target, spec.timeout_s, headers=spec.headers, label=label)
         await asyncio.gather(*(self._await_ready(s) for s in self.servers.values()))
 
     def _launch(
-        self, name: str, target: Any, timeout_s: float, headers: dict[str, str] | None = None
+        self,
+        name: str,
+        target: Any,
+        timeout_s: float,
+        headers: dict[str, str] | None = None,
+        label: str | None = None,
     ) -> None:
         if headers and isinstance(target, str):
             target = _http_transport(target, headers)
-        server = _Server(name=name, target=target, timeout_s=timeout_s)
+        server = _Server(name=name, target=target, timeout_s=timeout_s, label=label)
         self.servers[name] = server
         server.task = asyncio.create_task(self._own(server), name=f"mcp-{name}")
 
@@ -154,6 +174,7 @@ class ToolHub:
 
         try:
             async with Client(server.target, client_info=_client_info()) as client:
+                _adopt(server)
                 listed = await client.list_tools()
                 server.tools = [_tool_info(server.name, t) for t in listed.tools]
                 server.client = client
@@ -165,6 +186,7 @@ class ToolHub:
         finally:
             server.client = None
             server.ready.set()
+            _release(server)
 
     async def aclose(self) -> None:
         for server in self.servers.values():
@@ -176,6 +198,8 @@ class ToolHub:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=MCP_SERVER_STOP_S)
+        for server in self.servers.values():
+            _release(server)  # one whose task is still stuck in the SDK's shutdown
 
     # ---- tools ----------------------------------------------------------------------
     def tools(self) -> list[ToolInfo]:
@@ -231,6 +255,30 @@ class ToolHub:
             f"({_describe(exc)}); its tools were withdrawn.",
             "error",
         )
+
+
+def _adopt(server: _Server) -> None:
+    """Register the group of the stdio server just started (the SDK does not tell its pid)."""
+    if server.label is not None:
+        server.pgid = children.child_with(server.label)
+        if server.pgid is not None:
+            children.register(server.pgid)  # start_new_session: its pid is its group's id
+
+
+def _release(server: _Server) -> None:
+    """Kill what a stdio server left behind, once the SDK has shut the server down.
+
+    SIGKILL at once: the server had its graceful shutdown; these are orphans.  Synchronous
+    (no await), so a cancelled task still does it all.
+    """
+    if server.label is None:
+        return
+    if server.pgid is not None:
+        with suppress(OSError):
+            os.killpg(server.pgid, signal.SIGKILL)
+        children.unregister(server.pgid)
+    children.kill_tagged(server.label)
+    server.label = server.pgid = None
 
 
 def _tool_info(server: str, tool: Any) -> ToolInfo:

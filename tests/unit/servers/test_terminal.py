@@ -20,6 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
 import crow.servers.terminal as terminal
+from crow import children
 from crow.servers.terminal import build_server
 
 LIMIT_S = 15
@@ -483,6 +484,27 @@ async def test_lifespan_end_kills_background_processes(tmp_path: Path) -> None:
             second = meta(await c.call_tool("start", {"command": "sleep 30"}))["crow/pid"]
         for p in (pid, child, second):
             assert pid_gone(p)
+
+
+async def test_groups_are_registered_with_the_reaper_until_they_are_gone(
+    tmp_path: Path,
+) -> None:
+    # Whether they really die with this process: tests/integration/test_children.py.
+    async with asyncio.timeout(LIMIT_S), Client(build_server(tmp_path)) as c:
+        started = await c.call_tool("start", {"command": "echo $$ > shell.pid; exec sleep 30"})
+        pid = meta(started)["crow/pid"]
+        await read_pid(tmp_path / "shell.pid")
+        reaper = children._reaper
+        assert reaper is not None and pid in reaper.groups
+        # The environment carries the tag that finds what a command starts outside its group.
+        env = text(await c.call_tool("run", {"command": f"env | grep ^{reaper.tag}="}))
+        assert env == f"{reaper.tag}=1\n[exit code 0]"
+        await c.call_tool("stop", {"id": "bg_1"})
+        assert pid not in reaper.groups
+        ran = meta(await c.call_tool("run", {"command": "echo $$ > fg.pid"}))
+        assert ran["crow/exitCode"] == 0
+        assert int((tmp_path / "fg.pid").read_text()) not in reaper.groups
+        assert children._reaper is reaper  # one reaper for the whole process
 
 
 # -- over stdio ---------------------------------------------------------------------------
