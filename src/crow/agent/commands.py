@@ -68,7 +68,7 @@ async def _title(turn: Turn, args: str) -> str:
         await turn.note("Usage: /title <new title>", "error")
         return "end_turn"
     turn.session.title = title
-    turn.store.update_session(turn.session.id, title=title)
+    await turn.store.update_session(turn.session.id, title=title)
     await turn.session.emit(
         {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
     )

@@ -35,7 +35,7 @@ def summary_text(message: dict[str, Any]) -> str:
 async def compact(turn: Turn, *, reason: str, keep_last_user: bool = True) -> bool:
     """Summarise all but the most recent messages; False if there is nothing to do."""
     store, session = turn.store, turn.session
-    entries = store.transcript(session.id)
+    entries = await store.transcript(session.id)
     keep = KEEP_RECENT if keep_last_user else 0
     older, recent = (entries[:-keep], entries[-keep:]) if keep else (entries, [])
     if len(older) < 2:
@@ -49,9 +49,10 @@ async def compact(turn: Turn, *, reason: str, keep_last_user: bool = True) -> bo
         async for e in turn.agent.router.stream(session.model, request)
         if isinstance(e, TextDelta)
     ]
-    store.append_message(session.id, {"role": "user", "content": "".join(pieces)}, kind="summary")
+    summary = {"role": "user", "content": "".join(pieces)}
+    await store.append_message(session.id, summary, kind="summary")
     for entry in recent:
-        store.append_message(session.id, entry.message)
+        await store.append_message(session.id, entry.message)
     await turn.note(f"Compacted {len(older)} earlier messages into a summary ({reason}).", "info")
     return True
 

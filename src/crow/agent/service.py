@@ -7,6 +7,19 @@ params models, so another protocol face (v1, ``crow.agent.v1``) calls the same
 methods with its own watcher.  The agent owns turn tasks, not connections: a
 turn outlives the request that started it, and ``shutdown`` cancels what is
 still running.
+
+Who may end what (README, "Several clients"):
+
+- a client that disconnects only stops watching: a running turn goes on, and
+  a session nobody watches is unloaded (its tool servers stop) once idle;
+- ``session/close`` detaches the caller; when the last watcher leaves, the
+  running turn is cancelled and the session unloaded;
+- ``session/cancel`` from any watcher cancels the turn; ``session/delete``
+  ends everything.
+
+The store is reached through ``AsyncStore`` only, so no store wait runs on the
+event loop.  One turn runs per session across processes: a prompt takes the
+session's lease in the store before it is acknowledged (``crow.store.lease``).
 """
 
 from __future__ import annotations
@@ -14,16 +27,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import replace
 from typing import Any
 
-from crow.acp import AgentSide, InvalidParams, InvalidRequest, SessionNotFound, schema
+from crow.acp import (
+    AgentSide,
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    SessionNotFound,
+    schema,
+)
 from crow.config import Config
 from crow.models.router import ModelRouter
-from crow.store.db import SessionRecord, Store, StoreError
+from crow.store.aio import AsyncStore, settled
+from crow.store.db import SessionRecord, Store, StoreError, StoreUnavailable
+from crow.store.lease import RENEW_EVERY_S, expiry, this_process
 
 from . import commands
 from .content import prompt_capabilities, to_user_content
-from .recovery import close_interrupted_turns, owner_alive
+from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
@@ -45,12 +68,14 @@ SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
 class CrowAgent:
     def __init__(self, config: Config, store: Store, router: ModelRouter | None = None) -> None:
         self.config = config
-        self.store = store
+        self.store = AsyncStore(store)
         self.router = router or ModelRouter(config)
+        self.owner = this_process()  # the name this process takes turn leases under
         self.live: dict[str, LiveSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._lease_keeper: asyncio.Task[None] | None = None
         self.prompt_caps = prompt_capabilities(config.models[config.chain[0]].capabilities)
-        close_interrupted_turns(store)
+        close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
     def capabilities(self) -> schema.AgentCapabilities:
@@ -82,21 +107,25 @@ class CrowAgent:
         return watcher
 
     def detach(self, watcher: Watcher) -> None:
-        """A connection has gone: its sessions stop sending to it."""
-        for session in self.live.values():
-            session.watchers.discard(watcher)
+        """A connection has gone: its sessions stop sending to it, and those
+        nobody watches any more are unloaded once idle (a running turn goes on)."""
+        for session in list(self.live.values()):
+            if watcher in session.watchers:
+                session.watchers.discard(watcher)
+                self._unload_if_unwatched(session)
 
     async def shutdown(self) -> None:
         """Cancel running turns; each ends with idle/cancelled in the store."""
-        turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done()]
-        for task in turns:
-            task.cancel("shutdown")
-        for task in self._background:
-            task.cancel()
+        turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done]
+        for turn in turns:
+            turn.cancel("shutdown")
         if turns:
-            await asyncio.wait(turns, timeout=SHUTDOWN_TURN_WAIT_S)
+            await asyncio.wait([t.task for t in turns if t.task], timeout=SHUTDOWN_TURN_WAIT_S)
+        for task in list(self._background):
+            task.cancel()
         await asyncio.gather(*(s.close_tools() for s in self.live.values()))
         await self.router.aclose()
+        await self.store.submit(lambda: None)  # the queued writes are done
 
     # ---- sessions -----------------------------------------------------------------
     async def new_session(
@@ -106,7 +135,7 @@ class CrowAgent:
         dirs = _directories(params.additional_directories)
         servers = client_servers(params.mcp_servers, self.config)
         self._check_session_limit(watcher)
-        record = self.store.create_session(
+        record = await self.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
             now=now(),
@@ -115,8 +144,8 @@ class CrowAgent:
         )
         session = self._activate(record)
         session.watchers.add(watcher)
-        start_tools(session, self.config, servers, dirs)
-        self._spawn(session.emit(commands.available_commands_update()), name="announce-commands")
+        self._start_tools(session, servers, dirs)
+        self.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
         return schema.NewSessionResponse(
             session_id=record.id,
             config_options=self.config_options(session),
@@ -129,7 +158,9 @@ class CrowAgent:
         cwd = None if params.cwd in (schema.UNSET, None) else _absolute(params.cwd, "cwd")
         cursor = None if params.cursor in (schema.UNSET, None) else params.cursor
         try:
-            records, next_cursor = self.store.list_sessions(cwd=cwd, cursor=cursor)
+            records, next_cursor = await self.store.list_sessions(cwd=cwd, cursor=cursor)
+        except StoreUnavailable:
+            raise
         except StoreError as exc:
             raise InvalidParams(str(exc), data={"cursor": cursor}) from None
         response = schema.ListSessionsResponse(sessions=[_info(r) for r in records])
@@ -140,7 +171,7 @@ class CrowAgent:
     async def resume_session(
         self, watcher: Watcher, params: schema.ResumeSessionRequest
     ) -> schema.ResumeSessionResponse:
-        record = self.store.get_session(params.session_id)
+        record = await self.store.get_session(params.session_id)
         if record is None:
             raise SessionNotFound(params.session_id)
         if params.cwd != record.cwd:
@@ -155,45 +186,37 @@ class CrowAgent:
         if session is None or watcher not in session.watchers:
             self._check_session_limit(watcher)
         if session is None:
-            if record.state != "idle" and owner_alive(record.owner_pid):
-                raise InvalidParams(
-                    f"Session {record.id} is running a turn in another Crow process "
-                    f"(pid {record.owner_pid}): wait for it to finish",
-                    data={"sessionId": record.id, "reason": "busy"},
-                )
-            session = self._activate(self.store.get_session(record.id) or record)
-        self.store.update_session(record.id, additional_directories=dirs)
+            session = await self._load(record)
+        if dirs != session.record.additional_directories:
+            await self.store.update_session(record.id, additional_directories=dirs)
         if not session.busy:  # the complete new set of servers and roots (§5.3)
-            await session.close_tools()
-            start_tools(session, self.config, servers, dirs)
-        if replay is not None:
-            for seq, body in self.store.updates(record.id, after=replay):
-                watcher.replay(record.id, seq, body)
-        # Watch from here: live updates follow the replay with nothing between.
-        session.watchers.add(watcher)
-        await watcher.resumed(record.id, session.state_snapshot())
+            self._start_tools(session, servers, dirs)
+        await session.attach(watcher, replay)
         return schema.ResumeSessionResponse(
             config_options=self.config_options(session),
             available_commands=commands.available_commands(),
         )
 
     async def close_session(self, watcher: Watcher, params: schema.CloseSessionRequest) -> None:
+        """Detach the caller; the last watcher to leave also ends the turn and
+        unloads the session (its tool servers stop)."""
         session = self.live.get(params.session_id)
         if session is None:
             return  # unknown or already closed: success (§5.4)
-        await self._stop_turn(session)
+        if session.watchers - {watcher}:
+            session.watchers.discard(watcher)
+            return  # others still watch: their turn goes on
+        await session.end_turn("session/close")  # the caller sees the turn end first
         session.watchers.discard(watcher)
-        if not session.watchers:
-            del self.live[session.id]
-            await session.close_tools()
+        self._unload_if_unwatched(session)
 
     async def delete_session(self, watcher: Watcher, params: schema.DeleteSessionRequest) -> None:
         session = self.live.pop(params.session_id, None)
         if session is not None:
-            await self._stop_turn(session)
+            await session.end_turn("session/close")
             session.watchers.clear()
             await session.close_tools()
-        self.store.delete_session(params.session_id)
+        await self.store.delete_session(params.session_id)
 
     async def set_config_option(
         self, watcher: Watcher, params: schema.SetSessionConfigOptionRequest
@@ -214,7 +237,8 @@ class CrowAgent:
 
     async def switch_model(self, session: LiveSession, model: str) -> None:
         session.model = model
-        self.store.update_session(session.id, config={**session.record.config, "model": model})
+        session.record = replace(session.record, config={**session.record.config, "model": model})
+        await self.store.update_session(session.id, config=session.record.config)
         await session.emit(
             {
                 "sessionUpdate": "config_option_update",
@@ -224,43 +248,44 @@ class CrowAgent:
 
     # ---- prompts ------------------------------------------------------------------
     async def prompt(self, watcher: Watcher, params: schema.PromptRequest) -> schema.PromptResponse:
-        turn, _ = self.start_turn(self.live_session(params.session_id), params.prompt)
+        turn = await self.start_turn(self.live_session(params.session_id), params.prompt)
         return schema.PromptResponse(message_id=turn.message_id)
 
-    def start_turn(
-        self, session: LiveSession, blocks: list[Any]
-    ) -> tuple[Turn, asyncio.Task[None]]:
+    async def start_turn(self, session: LiveSession, blocks: list[Any]) -> Turn:
         """Start a prompt turn (v2 ContentBlock models); it runs until idle.
 
-        Raises InvalidParams if the session is busy or a block is refused.  The
-        turn's first update goes out on the next loop iteration, not before
-        this returns.
+        Raises InvalidParams if the session is busy (here or in another
+        process) or a block is refused.  Once this returns, the prompt is
+        acknowledged and its turn ends in ``idle`` whatever happens; the turn's
+        first update goes out after this returns.
         """
         if session.busy:
-            raise InvalidParams(
-                "The session is busy with a prompt: wait for idle or send session/cancel",
-                data={"sessionId": session.id, "reason": "busy"},
-            )
+            raise _busy(session.id)
         content = to_user_content(blocks, self.prompt_caps)
-        turn = Turn(self, session, message_id=new_id("msg"), blocks=blocks, content=content)
-        self.store.update_session(session.id, owner_pid=os.getpid())
-        # Busy from here on: a second prompt right behind this one is refused.
-        task = session.turn = asyncio.create_task(turn.run(), name=f"turn-{session.id}")
-        return turn, task
+        # Busy from here: a prompt right behind this one is refused, and a cancel
+        # or close that comes meanwhile applies to this turn.
+        starting = session.starting = asyncio.get_running_loop().create_future()
+        try:
+            await self._take_lease(session)
+            turn = session.turn = Turn(
+                self, session, message_id=new_id("msg"), blocks=blocks, content=content
+            )
+            turn.start().add_done_callback(lambda _: self._unload_if_unwatched(session))
+            if session.cancel_on_start is not None:
+                turn.cancel(session.cancel_on_start)
+        finally:
+            session.starting, session.cancel_on_start = None, None
+            starting.set_result(None)
+        self._keep_leases()
+        return turn
 
     async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)
-        if session is not None and session.turn is not None and not session.turn.done():
-            session.turn.cancel("session/cancel")
+        if session is not None:
+            session.cancel_turn("session/cancel")
 
-    async def _stop_turn(self, session: LiveSession) -> None:
-        """Cancel the running turn and wait until its idle/cancelled went out."""
-        if session.turn is not None and not session.turn.done():
-            session.turn.cancel("session/close")
-            await asyncio.wait([session.turn])
-
-    # ---- helpers ------------------------------------------------------------------
-    def _spawn(self, coro: Any, *, name: str) -> None:
+    # ---- live sessions ------------------------------------------------------------
+    def spawn(self, coro: Any, *, name: str) -> None:
         """Work that outlives the request that started it (cancelled at shutdown)."""
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
@@ -270,6 +295,19 @@ class CrowAgent:
         self._background.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    async def _load(self, record: SessionRecord) -> LiveSession:
+        """Make a stored session live, closing first a turn its dead owner left."""
+        if record.owner is not None and record.owner != self.owner and not is_orphaned(record):
+            raise InvalidParams(
+                f"Session {record.id} is running a turn in another Crow process "
+                f"(pid {record.owner_pid}): wait for it to finish",
+                data={"sessionId": record.id, "reason": "busy"},
+            )
+        if is_orphaned(record):
+            await self.store.submit(close_interrupted_turns, self.store.sync)
+            record = await self.store.get_session(record.id) or record
+        return self.live.get(record.id) or self._activate(record)
 
     def _activate(self, record: SessionRecord) -> LiveSession:
         model = record.config.get("model")
@@ -286,6 +324,71 @@ class CrowAgent:
         self.live[record.id] = session
         return session
 
+    def _unload_if_unwatched(self, session: LiveSession) -> None:
+        """Nobody watches and nothing runs: free the session (it reloads on resume)."""
+        if session.watchers or session.busy or self.live.get(session.id) is not session:
+            return
+        del self.live[session.id]
+        self.spawn(session.close_tools(), name=f"unload-{session.id}")
+
+    def _start_tools(self, session: LiveSession, servers: list[Any], dirs: list[str]) -> None:
+        """Start the session's tool servers unless the same set already runs: a
+        resume that names the same servers and roots keeps them (and their
+        background jobs).  A replaced set is closed in the background, so a
+        cancelled resume never leaves the session without tools."""
+        setup = (tuple(servers), tuple(dirs))
+        if session.tools is not None and session.tool_setup == setup:
+            return
+        old = session.detach_tools()
+        start_tools(session, self.config, servers, dirs)
+        session.tool_setup = setup
+        if old is not None:
+            self.spawn(old, name=f"retool-{session.id}")
+
+    # ---- the turn lease -----------------------------------------------------------
+    async def _take_lease(self, session: LiveSession) -> None:
+        """Take the session's turn lease, or raise busy if a live process has it."""
+        taken = await self._acquire(session.id)
+        if not taken:
+            record = await self.store.get_session(session.id)
+            if record is not None and is_orphaned(record):
+                await self.store.submit(close_interrupted_turns, self.store.sync)
+                taken = await self._acquire(session.id)
+        if not taken:
+            raise _busy(session.id, elsewhere=True)
+
+    async def _acquire(self, session_id: str) -> bool:
+        """Acquire; if the prompt is withdrawn meanwhile, give the lease back."""
+        attempt = self.store.submit(
+            self.store.sync.acquire_turn,
+            session_id,
+            owner=self.owner,
+            pid=os.getpid(),
+            expires=expiry(),
+        )
+        taken, cancelled = await settled(attempt)
+        if cancelled:
+            if taken:
+                self.spawn(self.store.release_turn(session_id, owner=self.owner), name="release")
+            raise asyncio.CancelledError
+        return taken
+
+    def _keep_leases(self) -> None:
+        if self._lease_keeper is None or self._lease_keeper.done():
+            self._lease_keeper = asyncio.create_task(self._renew_leases(), name="lease-keeper")
+            self._background.add(self._lease_keeper)
+            self._lease_keeper.add_done_callback(self._finished)
+
+    async def _renew_leases(self) -> None:
+        """Renew this process's leases while any of its turns runs."""
+        while any(s.busy for s in self.live.values()):
+            await asyncio.sleep(RENEW_EVERY_S)
+            try:
+                await self.store.renew_leases(self.owner, expiry())
+            except StoreUnavailable as exc:
+                log.warning("could not renew turn leases: %s", exc)
+
+    # ---- helpers ------------------------------------------------------------------
     def _check_session_limit(self, watcher: Watcher) -> None:
         open_here = sum(1 for s in self.live.values() if watcher in s.watchers)
         if open_here >= MAX_SESSIONS_PER_CONNECTION:
@@ -318,17 +421,41 @@ class CrowAgent:
         ]
 
 
+def _busy(session_id: str, *, elsewhere: bool = False) -> InvalidParams:
+    where = " in another Crow process" if elsewhere else ""
+    return InvalidParams(
+        f"The session is busy with a prompt{where}: wait for idle or send session/cancel",
+        data={"sessionId": session_id, "reason": "busy"},
+    )
+
+
 def _bind(handler: Any, watcher: Watcher) -> Any:
     async def bound(params: Any) -> Any:
-        return await handler(watcher, params)
+        try:
+            return await handler(watcher, params)
+        except StoreUnavailable as exc:
+            raise InternalError(f"{exc}: try again shortly") from None
 
     return bound
 
 
 def _absolute(path: Any, field: str) -> str:
-    if not isinstance(path, str) or not os.path.isabs(path):
-        raise InvalidParams(f"{field} must be an absolute path, got {path!r}", data={field: path})
+    if not isinstance(path, str) or not os.path.isabs(path) or not _storable(path):
+        raise InvalidParams(
+            f"{field} must be an absolute path, got {path!r}", data={field: ascii(path)}
+        )
     return os.path.normpath(path)
+
+
+def _storable(text: str) -> bool:
+    """No NUL and valid UTF-8 (a lone surrogate cannot be stored or sent back)."""
+    if "\0" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _directories(value: Any) -> list[str]:

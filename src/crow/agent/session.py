@@ -1,26 +1,33 @@
 """A live session: its foreground state, its running turn, who is watching.
 
 ``emit`` is the one way an update leaves the agent: it is logged in the store
-(committed) and only then queued to every attached connection, with no await
-in between, so all watchers see the log's order and a crash can lose nothing
-a client has seen.
+(committed) and only then queued to every attached connection.  The session's
+log lock spans both, so all watchers see the log's order, and a watcher that
+attaches (``attach``, with its replay) sees the log with nothing missing or
+doubled; a crash can lose nothing a client has seen.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crow.store.db import SessionRecord, Store
+from crow.store.aio import AsyncStore, settled
+from crow.store.db import SessionRecord
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
+from .asking import Question
 from .watchers import Watcher
+
+if TYPE_CHECKING:
+    from .turn import Turn
 
 __all__ = ["LiveSession", "new_id", "now"]
 
@@ -36,16 +43,21 @@ def now() -> str:
 @dataclass(eq=False)
 class LiveSession:
     record: SessionRecord
-    store: Store
+    store: AsyncStore
     model: str  # the model that answers this session's prompts
     state: str = "idle"  # idle | running | requires_action
     stop_reason: str | None = None
     watchers: set[Watcher] = field(default_factory=set)
-    turn: asyncio.Task[None] | None = None
+    turn: Turn | None = None  # the latest turn; running while ``busy``
+    starting: asyncio.Future[None] | None = None  # set while a prompt is being accepted
+    cancel_on_start: str | None = None  # a cancel that came while it was
     title: str | None = None
     permissions: Permissions | None = None
     tools: ToolHub | None = None
     tools_started: asyncio.Task[None] | None = None  # the first prompt waits for it
+    tool_setup: Any = None  # the (servers, directories) the tools were started with
+    questions: set[Question] = field(default_factory=set)  # open permission questions
+    log_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def ready_tools(self) -> ToolHub | None:
         """The session's tool hub once its servers have started (or failed)."""
@@ -53,13 +65,18 @@ class LiveSession:
             await asyncio.shield(self.tools_started)
         return self.tools
 
-    async def close_tools(self) -> None:
+    def detach_tools(self) -> Coroutine[Any, Any, None] | None:
+        """Take the tools away from the session; returns what closes them."""
         hub, started = self.tools, self.tools_started
-        self.tools, self.tools_started = None, None
-        if started is not None and not started.done():
-            started.cancel()
-        if hub is not None:
-            await hub.aclose()
+        self.tools, self.tools_started, self.tool_setup = None, None, None
+        if hub is None and started is None:
+            return None
+        return _close_tools(hub, started)
+
+    async def close_tools(self) -> None:
+        closing = self.detach_tools()
+        if closing is not None:
+            await closing
 
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
@@ -78,29 +95,80 @@ class LiveSession:
 
     @property
     def busy(self) -> bool:
-        return self.turn is not None and not self.turn.done()
+        return self.starting is not None or (self.turn is not None and not self.turn.done)
+
+    def cancel_turn(self, reason: str) -> None:
+        """Cancel the running turn, or the one being started (it ends cancelled)."""
+        if self.starting is not None:
+            self.cancel_on_start = self.cancel_on_start or reason
+        elif self.turn is not None:
+            self.turn.cancel(reason)
+
+    async def end_turn(self, reason: str) -> None:
+        """Cancel the turn (started or being started) and wait until its idle went out."""
+        if self.starting is not None:
+            self.cancel_on_start = self.cancel_on_start or reason
+            await asyncio.shield(self.starting)
+        if self.turn is not None:
+            self.turn.cancel(reason)
+            await self.turn.wait()
 
     async def emit(self, update: dict[str, Any]) -> None:
-        """Log ``update``, then send it to every watcher."""
+        """Log ``update``, then send it to every watcher.
+
+        Raises StoreUnavailable if it could not be logged (then nobody got it).
+        Once logged it is sent even if the caller is cancelled meanwhile.
+        """
         body = orjson.dumps(update)
-        state = None
+        state = update["state"] if update.get("sessionUpdate") == "state_update" else None
+        stop_reason = update.get("stopReason") if state == "idle" else None
+        async with self.log_lock:
+            logged = self.store.append_update(
+                self.id,
+                body,
+                state=state,
+                stop_reason=stop_reason,
+                now=now() if state == "idle" else None,
+            )
+            seq, cancelled = await settled(logged)
+            if state is not None:
+                self.state, self.stop_reason = state, stop_reason
+            backed_up = self._deliver(seq, update, body)
+        if cancelled:
+            raise asyncio.CancelledError
+        for slow in backed_up:  # a slow reader slows its turn, never drops updates
+            await slow.drained()
+
+    def broadcast_unlogged(self, update: dict[str, Any]) -> None:
+        """Send without logging: only when the store has failed, so that no
+        client waits forever for a turn's end (the log catches up later)."""
         if update.get("sessionUpdate") == "state_update":
-            state = self.state = update["state"]
-            self.stop_reason = update.get("stopReason") if state == "idle" else None
-        seq = self.store.append_update(
-            self.id,
-            body,
-            state=state,
-            stop_reason=self.stop_reason if state else None,
-            now=now() if state == "idle" else None,
-        )
+            self.state = update["state"]
+            self.stop_reason = update.get("stopReason") if self.state == "idle" else None
+        body = orjson.dumps(update)
+        for watcher in list(self.watchers):
+            watcher.deliver(self.id, None, update, body)
+
+    def _deliver(self, seq: int | None, update: dict[str, Any], body: bytes) -> list[Watcher]:
         backed_up = []
-        for watcher in self.watchers:
+        for watcher in list(self.watchers):
             watcher.deliver(self.id, seq, update, body)
             if watcher.backed_up:
                 backed_up.append(watcher)
-        for slow in backed_up:  # a slow reader slows its turn, never drops updates
-            await slow.drained()
+        return backed_up
+
+    async def attach(self, watcher: Watcher, replay_after: int | None) -> None:
+        """Start sending to ``watcher``: first the log after ``replay_after``
+        (None: no replay), then the current state, then the live updates, with
+        nothing between them.  An open permission question is put to it too."""
+        async with self.log_lock:
+            if replay_after is not None:
+                for seq, body in await self.store.replay(self.id, after=replay_after):
+                    watcher.replay(self.id, seq, body)
+            self.watchers.add(watcher)
+            await watcher.resumed(self.id, self.state_snapshot())
+        for question in self.questions:
+            question.ask(watcher)
 
     def state_snapshot(self) -> dict[str, Any]:
         """The current foreground state, as sent after every resume."""
@@ -108,3 +176,10 @@ class LiveSession:
         if self.state == "idle" and self.stop_reason:
             update["stopReason"] = self.stop_reason
         return update
+
+
+async def _close_tools(hub: ToolHub | None, started: asyncio.Task[None] | None) -> None:
+    if started is not None and not started.done():
+        started.cancel()
+    if hub is not None:
+        await hub.aclose()

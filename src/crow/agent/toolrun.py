@@ -18,7 +18,7 @@ from crow.tools.hub import ToolHub, ToolInfo, ToolServerError
 from crow.tools.permissions import OPTIONS
 from crow.tools.surface import ToolCallView
 
-from .asking import ask_watchers
+from .asking import Question
 
 if TYPE_CHECKING:
     from .session import LiveSession
@@ -104,14 +104,20 @@ class ToolRunner:
         return answer.allowed
 
     async def ask(self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]) -> Any:
+        """Ask every client watching now or attaching later; the first answer wins."""
         session = self.session
-        if not session.watchers:
-            return None  # nobody to ask: never an approval
+        question = Question(_request(session.id, view, tool, args))
         self.open_questions += 1
         if self.open_questions == 1:
             await session.emit({"sessionUpdate": "state_update", "state": "requires_action"})
-        outcome = await ask_watchers(session.watchers, _request(session.id, view, tool, args))
-        self.open_questions -= 1
+        session.questions.add(question)
+        try:
+            for watcher in list(session.watchers):
+                question.ask(watcher)
+            outcome = await question.outcome()
+        finally:
+            session.questions.discard(question)
+            self.open_questions -= 1
         if self.open_questions == 0:
             await session.emit({"sessionUpdate": "state_update", "state": "running"})
         return outcome

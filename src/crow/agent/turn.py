@@ -6,9 +6,16 @@
 The stop reason is always the true one: ``end_turn``; ``max_tokens`` (the model
 hit its output limit); ``refusal`` (its content filter); ``max_turn_requests``
 (the step budget ran out); ``cancelled`` (``session/cancel``, ``session/close``
-or shutdown); ``error`` (the model chain or the agent failed: the user sees why
-in a note, and the idle update carries the error).  Cancellation becomes
-``cancelled`` in exactly one place, ``run``.
+or shutdown); ``error`` (the model chain, the store or the agent failed: the
+user sees why in a note, and the idle update carries the error).  Cancellation
+becomes ``cancelled`` in exactly one place, ``run``.
+
+A turn whose prompt was acknowledged always ends in ``idle``: ``cancel`` before
+the turn's first step is remembered and honoured right after its
+``user_message`` (a task cancelled before it starts would never run at all).
+When the store fails, the end is still sent to every watcher, unlogged, and
+logged later (``settle_in_background``); until then the store still holds the
+turn's lease, so a process that inherits it closes the turn as interrupted.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
@@ -29,6 +38,8 @@ from crow.models.events import (
     ToolCallDelta,
     Usage,
 )
+from crow.store.aio import settled
+from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
 
 from . import commands, compaction
@@ -46,6 +57,9 @@ log = logging.getLogger("crow.agent")
 #: the model's context window (the estimate is rough: about 4 characters a token).
 COMPACT_AT = 0.8
 TITLE_CHARS = 80
+#: How long a turn whose end could not be logged keeps trying, and how often.
+SETTLE_FOR_S = 300.0
+SETTLE_EVERY_S = 1.0
 DEFAULT_SYSTEM_PROMPT = (
     "You are Crow, a careful and capable coding agent. Answer concisely and accurately."
 )
@@ -85,28 +99,73 @@ class Turn:
         self.command = commands.parse(blocks)  # a slash command is not model input
         self.stop_reason: str | None = None  # set when the turn has ended
         self.error: str | None = None  # the error message of a turn that ended in "error"
+        self.task: asyncio.Task[None] | None = None
+        self._stepped = False  # the task has taken its first step
+        self._early_cancel: str | None = None  # a cancel that came before that
+
+    # ---- lifecycle ----------------------------------------------------------------
+    def start(self) -> asyncio.Task[None]:
+        self.task = asyncio.create_task(self.run(), name=f"turn-{self.session.id}")
+        return self.task
+
+    @property
+    def done(self) -> bool:
+        return self.task is not None and self.task.done()
+
+    def cancel(self, reason: str) -> None:
+        """End the turn as ``cancelled`` (``reason``: session/cancel, session/close, shutdown)."""
+        if self.task is None or self.task.done():
+            return
+        if self._stepped:
+            self.task.cancel(reason)
+        elif self._early_cancel is None:
+            self._early_cancel = reason
+
+    async def wait(self) -> None:
+        if self.task is not None:
+            await asyncio.wait([self.task])
 
     # ---- the one place outcomes become stop reasons --------------------------------
     async def run(self) -> None:
+        self._stepped = True
         stop, error = "end_turn", None
         try:
-            await self.begin()
+            # The user's message and ``running`` go out together, whatever comes:
+            # a client that sees ``idle`` before ``running`` takes it for the
+            # state before its prompt (§7.2) and would wait on.
+            await _shielded(self.begin())
+            if self.session.title is None:
+                await self.set_title()
+            if self._early_cancel is not None:
+                raise asyncio.CancelledError(self._early_cancel)
             stop = await self.handle_command() or await self.react()
         except asyncio.CancelledError as exc:
             _uncancel()
             stop = "cancelled"
-            await self.save_partial_reply()
+            await self.quietly(self.save_partial_reply())
             if "shutdown" in exc.args:
-                await self.note("The agent stopped before this turn finished.", "warning")
+                await self.quietly(
+                    self.note("The agent stopped before this turn finished.", "warning")
+                )
         except ModelError as exc:
             stop, error = "error", exc.message
-            await self.save_partial_reply()
-            await self.note(f"The model failed: {exc.message}", "error")
+            await self.quietly(self.save_partial_reply())
+            await self.quietly(self.note(f"The model failed: {exc.message}", "error"))
+        except StoreUnavailable as exc:
+            log.error("session %s: %s", self.session.id, exc)
+            stop, error = "error", f"The session store failed: {exc}"
         except Exception as exc:
             log.exception("turn failed in session %s", self.session.id)
             stop, error = "error", f"Internal error: {type(exc).__name__}: {exc}"
-            await self.note(error, "error")
+            await self.quietly(self.note(error, "error"))
         await self.finish(stop, error)
+
+    async def quietly(self, step: Any) -> None:
+        """A step on the way out: a store failure there must not stop the turn's end."""
+        try:
+            await step
+        except StoreUnavailable as exc:
+            log.error("session %s: %s", self.session.id, exc)
 
     async def begin(self) -> None:
         session = self.session
@@ -117,10 +176,9 @@ class Turn:
         }
         await session.emit(user)
         if self.command is None:
-            self.store.append_message(session.id, {"role": "user", "content": self.content})
+            message = {"role": "user", "content": self.content}
+            await self.store.append_message(session.id, message)
         await session.emit({"sessionUpdate": "state_update", "state": "running"})
-        if session.title is None:
-            await self.set_title()
 
     async def finish(self, stop: str, error: str | None) -> None:
         self.stop_reason, self.error = stop, error
@@ -133,14 +191,23 @@ class Turn:
             update["error"] = {"code": -32603, "message": error}
         try:
             await self.session.emit(update)
-        except Exception:
-            log.exception("could not record the end of a turn in session %s", self.session.id)
+        except StoreUnavailable as exc:
+            self.settle_in_background(update, str(exc))
+
+    def settle_in_background(self, idle: dict[str, Any], why: str) -> None:
+        """The store refused the turn's end: tell every watcher now, log it later."""
+        session = self.session
+        log.error("session %s: could not log the end of the turn: %s", session.id, why)
+        note = _notice(f"The session store failed ({why}); this turn's end is not saved yet.")
+        session.broadcast_unlogged(note)
+        session.broadcast_unlogged(idle)
+        self.agent.spawn(_log_when_possible(session, [note, idle]), name=f"settle-{session.id}")
 
     async def set_title(self) -> None:
         text = " ".join(b.text for b in self.blocks if getattr(b, "type", None) == "text")
         title = " ".join(text.split())[:TITLE_CHARS] or "Untitled"
         self.session.title = title
-        self.store.update_session(self.session.id, title=title)
+        await self.store.update_session(self.session.id, title=title)
         await self.session.emit(
             {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
         )
@@ -178,12 +245,12 @@ class Turn:
             await runner.run_all(calls)
         finally:  # cancelled or not, every call the model made gets its answer
             for message in runner.messages:
-                self.store.append_message(self.session.id, message)
+                await _shielded(self.store.append_message(self.session.id, message))
 
-    def messages(self) -> list[dict[str, Any]]:
+    async def messages(self) -> list[dict[str, Any]]:
         system = self.agent.config.system_prompt or DEFAULT_SYSTEM_PROMPT
         out: list[dict[str, Any]] = [{"role": "system", "content": system}]
-        for entry in self.store.transcript(self.session.id):
+        for entry in await self.store.transcript(self.session.id):
             if entry.kind == "summary":
                 out.append({"role": "user", "content": compaction.summary_text(entry.message)})
             else:
@@ -192,7 +259,7 @@ class Turn:
 
     async def call_model(self) -> Reply:
         spec = self.agent.config.models[self.session.model]
-        if _estimate_tokens(self.messages()) > COMPACT_AT * spec.context_window:
+        if _estimate_tokens(await self.messages()) > COMPACT_AT * spec.context_window:
             await compaction.compact(self, reason="the conversation nears the context window")
         try:
             return await self.stream_reply()
@@ -204,7 +271,8 @@ class Turn:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
         thought_id = new_id("msg")
-        stream = self.agent.router.stream(session.model, self.messages(), tools=self.tools)
+        messages = await self.messages()
+        stream = self.agent.router.stream(session.model, messages, tools=self.tools)
         async for event in stream:
             if isinstance(event, TextDelta):
                 reply.text.append(event.text)
@@ -282,7 +350,7 @@ class Turn:
                 }
                 for _, c in sorted(reply.tool_calls.items())
             ]
-        self.store.append_message(self.session.id, message)
+        await _shielded(self.store.append_message(self.session.id, message))
 
     async def report_usage(self, reply: Reply) -> None:
         if reply.usage is None or reply.model is None:
@@ -310,6 +378,47 @@ class Turn:
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
         await self.session.note(text, severity)
+
+
+def _notice(text: str) -> dict[str, Any]:
+    return {
+        "sessionUpdate": "agent_message",
+        "messageId": new_id("note"),
+        "content": [{"type": "text", "text": text}],
+        "_meta": {"crow/notice": "error"},
+    }
+
+
+async def _log_when_possible(session: LiveSession, updates: list[dict[str, Any]]) -> None:
+    """Log what was sent unlogged once the store works again (bounded)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + SETTLE_FOR_S
+    pending = list(updates)
+    while pending and loop.time() < deadline:
+        await asyncio.sleep(SETTLE_EVERY_S)
+        update = pending[0]
+        state = update.get("state") if update.get("sessionUpdate") == "state_update" else None
+        try:
+            await session.store.append_update(
+                session.id,
+                orjson.dumps(update),
+                state=state,
+                stop_reason=update.get("stopReason"),
+                now=now() if state == "idle" else None,
+            )
+        except StoreUnavailable:
+            continue
+        pending.pop(0)
+    if pending:
+        log.error("session %s: gave up logging the end of a turn", session.id)
+
+
+async def _shielded(write: Any) -> Any:
+    """A transcript write the model's history depends on: done even if cancelled."""
+    result, cancelled = await settled(asyncio.ensure_future(write))
+    if cancelled:
+        raise asyncio.CancelledError
+    return result
 
 
 def _uncancel() -> None:

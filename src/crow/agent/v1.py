@@ -41,7 +41,7 @@ from acp.exceptions import RequestError
 from pydantic import BaseModel, ValidationError
 
 from crow.acp import AcpError, schema
-from crow.acp.jsonrpc import Transport
+from crow.acp.jsonrpc import EOF_GRACE_S, Transport
 from crow.acp.router import MessageTransport
 
 from .service import CrowAgent
@@ -71,6 +71,9 @@ async def serve_v1(
     )
     try:
         await connection.listen()
+        # End of input: requests already read get a bounded grace to be answered
+        # (closing cancels them; MessageTransport.close answers the rest -32800).
+        await messages.settled(EOF_GRACE_S)
     finally:
         agent.detach(face.watcher)
         await connection.close()
@@ -95,7 +98,9 @@ class V1Watcher:
         self.sessions.pop(session_id, None)
 
     # ---- Watcher ----------------------------------------------------------------
-    def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
+    def deliver(
+        self, session_id: str, seq: int | None, update: dict[str, Any], body: bytes
+    ) -> None:
         self._send(session_id, update, live=True)
 
     def replay(self, session_id: str, seq: int, body: bytes) -> None:
@@ -313,10 +318,10 @@ class V1Agent:
         with self._calling():
             blocks = [_v2(schema.ContentBlock, _wire(block)) for block in prompt]
             session = self.agent.live_session(session_id)
-            turn, task = self.agent.start_turn(session, blocks)
+            turn = await self.agent.start_turn(session, blocks)
         # Before the turn's first update: this client shows its own prompt.
         self.watcher.translator(session_id).own_prompts.add(turn.message_id)
-        await asyncio.wait([task])  # not cancelled with this request: the turn goes on
+        await turn.wait()  # not cancelled with this request: the turn goes on
         stop = turn.stop_reason or "end_turn"
         if stop == "error":
             raise RequestError(

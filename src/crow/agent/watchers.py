@@ -11,20 +11,29 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import orjson
+
 from crow.acp import AgentSide, schema
 
 __all__ = ["V2Watcher", "Watcher", "update_frame"]
 
 
-def update_frame(session_id: str, body: bytes, seq: int) -> bytes:
+def update_frame(session_id: str, body: bytes, seq: int | None) -> bytes:
     """The ``session/update`` notification around an already-encoded update.
 
     ``params._meta["crow/seq"]`` is the update's place in the session's log: a
     client that reconnects resumes with ``replayFrom: {"type": "_crow/after",
-    "seq": <last seen>}`` and gets only what it missed.
+    "seq": <last seen>}`` and gets only what it missed.  An update sent while
+    the store was failing has no place yet (``seq`` None) and no ``_meta``.
     """
-    import orjson
-
+    if seq is None:
+        return (
+            b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
+            + orjson.dumps(session_id)
+            + b',"update":'
+            + body
+            + b"}}"
+        )
     return (
         b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
         + orjson.dumps(session_id)
@@ -37,8 +46,11 @@ def update_frame(session_id: str, body: bytes, seq: int) -> bytes:
 
 
 class Watcher(Protocol):
-    def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
-        """Queue one logged update (never blocks, never raises for a gone peer)."""
+    def deliver(
+        self, session_id: str, seq: int | None, update: dict[str, Any], body: bytes
+    ) -> None:
+        """Queue one logged update (never blocks, never raises for a gone peer);
+        ``seq`` None: sent unlogged, the store having failed."""
 
     def replay(self, session_id: str, seq: int, body: bytes) -> None:
         """Queue one stored update of a replay (never blocks)."""
@@ -61,15 +73,20 @@ class V2Watcher:
     def __init__(self, side: AgentSide) -> None:
         self.side = side
 
-    def deliver(self, session_id: str, seq: int, update: dict[str, Any], body: bytes) -> None:
+    def deliver(
+        self, session_id: str, seq: int | None, update: dict[str, Any], body: bytes
+    ) -> None:
         self.side.peer.send_frame(update_frame(session_id, body, seq))
 
     def replay(self, session_id: str, seq: int, body: bytes) -> None:
         self.side.peer.send_frame(update_frame(session_id, body, seq))
 
     async def resumed(self, session_id: str, state: dict[str, Any]) -> None:
-        """A current-state snapshot after every resume (ACP-V2.md §16, [T])."""
-        await self.side.send_update(session_id, state)
+        """A current-state snapshot after every resume (ACP-V2.md §16, [T]).
+
+        Queued without waiting for the writer: the session's log is locked
+        while a watcher attaches, and a slow reader must not hold it."""
+        self.side.peer.send_frame(update_frame(session_id, orjson.dumps(state), None))
 
     @property
     def backed_up(self) -> bool:

@@ -8,8 +8,13 @@ one committed transaction per update, so after a crash the log holds exactly
 what the client could have seen.
 
 Several ``crow serve`` processes may share one store (an editor per window):
-SQLite's locking serialises their writes, and ``owner_pid`` says which process
-runs a session's turn.
+SQLite's locking serialises their writes, and a session's turn lease
+(``owner``, ``lease_expires``; see ``lease.py``) says which process runs its
+turn.
+
+``Store`` is synchronous and blocking; the agent reaches it through
+``AsyncStore`` (``aio.py``), which runs every call on one worker thread so a
+lock held by another process never stalls the event loop.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,15 +31,28 @@ from typing import Any
 
 from .migrations import migrate
 
-__all__ = ["SessionRecord", "Store", "StoreError", "TranscriptEntry"]
+__all__ = [
+    "PendingUpdate",
+    "SessionRecord",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "TranscriptEntry",
+]
 
-#: How long a writer waits for another process's lock before failing.
-BUSY_TIMEOUT_MS = 10_000
+#: How long a call waits for another process's lock before failing: bounded, so
+#: a stuck lock ends a turn with a visible error instead of hanging it
+#: (``CROW_STORE_BUSY_TIMEOUT_MS`` tunes it, for slow disks and for tests).
+BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
 LIST_PAGE_SIZE = 50
 
 
 class StoreError(Exception):
     """The store cannot do what was asked (a bad cursor, a broken database)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database failed (locked past the busy timeout, disk full, I/O error)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +68,12 @@ class SessionRecord:
     config: dict[str, Any]
     owner_pid: int | None
     deleted: bool
+    owner: str | None = None  # the process holding the turn lease (lease.py)
+    lease_expires: float | None = None
+
+
+#: One update to log: (session id, body, state, stop reason, updated-at).
+PendingUpdate = tuple[str, bytes, str | None, str | None, str | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,13 +83,16 @@ class TranscriptEntry:
     message: dict[str, Any]
 
 
+#: How every logged state_update begins (the agent logs compact JSON with
+#: ``sessionUpdate`` as the first key).
+STATE_UPDATE_PREFIX = b'{"sessionUpdate":"state_update"'
 _APPEND = (
     "INSERT INTO updates (session_id, seq, body) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1"
     " FROM updates WHERE session_id = ?), ?) RETURNING seq"
 )
 _SESSION_COLUMNS = (
     "id, cwd, additional_directories, title, created_at, updated_at, state, stop_reason, "
-    "config, owner_pid, deleted"
+    "config, owner_pid, deleted, owner, lease_expires"
 )
 
 
@@ -81,6 +109,8 @@ def _record(row: tuple[Any, ...]) -> SessionRecord:
         config=json.loads(row[8]),
         owner_pid=row[9],
         deleted=bool(row[10]),
+        owner=row[11],
+        lease_expires=row[12],
     )
 
 
@@ -190,11 +220,43 @@ class Store:
         return records, _encode_cursor(records[-1]) if more and records else None
 
     def interrupted_sessions(self) -> list[SessionRecord]:
-        """Sessions whose last reported state is not idle (a turn was under way)."""
+        """Sessions with a turn under way: not idle, or still leased."""
         rows = self.db.execute(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state != 'idle' AND deleted = 0"
+            f"SELECT {_SESSION_COLUMNS} FROM sessions"
+            " WHERE (state != 'idle' OR owner IS NOT NULL) AND deleted = 0"
         ).fetchall()
         return [_record(r) for r in rows]
+
+    # ---- the turn lease (lease.py) ----------------------------------------------
+    def acquire_turn(
+        self, session_id: str, *, owner: str, pid: int, expires: float, replacing: str | None = None
+    ) -> bool:
+        """Take the session's lease for ``owner``: True if it is now ours.
+
+        Succeeds when nobody holds it, we do, or ``replacing`` (an owner the
+        caller found dead and recovered from) does.
+        """
+        cursor = self.db.execute(
+            "UPDATE sessions SET owner = ?, owner_pid = ?, lease_expires = ?"
+            " WHERE id = ? AND deleted = 0 AND (owner IS NULL OR owner = ? OR owner IS ?)",
+            (owner, pid, expires, session_id, owner, replacing),
+        )
+        return cursor.rowcount == 1
+
+    def release_turn(self, session_id: str, *, owner: str) -> None:
+        """Give the lease back (a turn that ends without an idle of its own)."""
+        self.db.execute(
+            "UPDATE sessions SET owner = NULL, owner_pid = NULL, lease_expires = NULL"
+            " WHERE id = ? AND owner = ?",
+            (session_id, owner),
+        )
+
+    def renew_leases(self, owner: str, expires: float) -> int:
+        """Extend every lease ``owner`` holds; returns how many."""
+        cursor = self.db.execute(
+            "UPDATE sessions SET lease_expires = ? WHERE owner = ?", (expires, owner)
+        )
+        return cursor.rowcount
 
     # ---- the update log ---------------------------------------------------------
     def append_update(
@@ -209,28 +271,47 @@ class Store:
         """Log one update (committed before returning); returns its seq.
 
         ``state`` (with ``stop_reason``) records a state_update on the session
-        in the same transaction.
+        in the same transaction; ``idle`` also releases the turn lease.
         """
         if state is None and now is None:  # one statement: its own transaction
-            rows = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()
-            return int(rows[0][0])  # fetchall: the statement (and its commit) completes
+            return self._append(session_id, body, None, None, None)
+        return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
+
+    def append_updates(self, batch: list[PendingUpdate]) -> list[int]:
+        """Log several updates in one transaction (one commit); returns their seqs."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
-            seq = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()[0][0]
-            if state is not None:
-                self.db.execute(
-                    "UPDATE sessions SET state = ?, stop_reason = ? WHERE id = ?",
-                    (state, stop_reason, session_id),
-                )
-            if now is not None:
-                self.db.execute(
-                    "UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id)
-                )
+            seqs = [self._append(*update) for update in batch]
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
-        return int(seq)
+        return seqs
+
+    def _append(
+        self,
+        session_id: str,
+        body: bytes,
+        state: str | None,
+        stop_reason: str | None,
+        now: str | None,
+    ) -> int:
+        rows = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()
+        if state == "idle":
+            self.db.execute(
+                "UPDATE sessions SET state = ?, stop_reason = ?, owner = NULL,"
+                " owner_pid = NULL, lease_expires = NULL WHERE id = ?",
+                (state, stop_reason, session_id),
+            )
+        elif state is not None:
+            self.db.execute(
+                "UPDATE sessions SET state = ?, stop_reason = ? WHERE id = ?",
+                (state, stop_reason, session_id),
+            )
+        if now is not None:
+            self.db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
+        return int(rows[0][0])  # fetchall: the statement has completed
 
     def updates(self, session_id: str, *, after: int = 0) -> Iterator[tuple[int, bytes]]:
         """The logged updates with seq > ``after``, in order."""
@@ -240,6 +321,15 @@ class Store:
         )
         for seq, body in cursor:
             yield seq, body.encode()
+
+    def replay(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
+        """What a resume replays: the updates after ``after`` less the state
+        changes (a replay shows content; the current state follows it once)."""
+        return [
+            (seq, body)
+            for seq, body in self.updates(session_id, after=after)
+            if not body.startswith(STATE_UPDATE_PREFIX)
+        ]
 
     def last_seq(self, session_id: str) -> int:
         row = self.db.execute(

@@ -42,6 +42,15 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (session_id, seq)
     ) WITHOUT ROWID;
     """,
+    # 1 -> 2: the turn lease.  ``owner`` names the process running the session's
+    # turn (host:pid:start time, so a reused pid is not taken for the owner);
+    # ``lease_expires`` (unix seconds) is renewed while it runs.  A session with
+    # an owner is busy for every other process until the owner ends the turn,
+    # dies, or lets the lease expire.
+    """
+    ALTER TABLE sessions ADD COLUMN owner TEXT;
+    ALTER TABLE sessions ADD COLUMN lease_expires REAL;
+    """,
 ]
 
 

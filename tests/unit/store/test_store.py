@@ -97,3 +97,80 @@ def test_interrupted_sessions_are_the_ones_not_idle(store):
     store.create_session(session_id="b", cwd="/p", now="t")
     store.append_update("b", b"{}", state="running")
     assert [r.id for r in store.interrupted_sessions()] == ["b"]
+
+
+# ---- the turn lease -------------------------------------------------------------------
+def test_one_owner_holds_a_sessions_lease_until_the_turn_goes_idle(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    assert store.acquire_turn("s", owner="h:1:10", pid=1, expires=100.0)
+    assert store.acquire_turn("s", owner="h:1:10", pid=1, expires=200.0)  # again: still ours
+    assert not store.acquire_turn("s", owner="h:2:20", pid=2, expires=100.0)
+    assert [r.id for r in store.interrupted_sessions()] == ["s"]  # leased: a turn is under way
+    store.append_update("s", b"{}", state="running")
+    store.append_update("s", b"{}", state="idle", stop_reason="end_turn", now="t1")
+    record = store.get_session("s")
+    assert (record.owner, record.owner_pid, record.lease_expires) == (None, None, None)
+    assert store.acquire_turn("s", owner="h:2:20", pid=2, expires=100.0)
+
+
+def test_a_dead_owner_can_be_replaced_and_leases_are_renewed_per_owner(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    store.create_session(session_id="t", cwd="/p", now="t")
+    store.acquire_turn("s", owner="h:1:10", pid=1, expires=100.0)
+    store.acquire_turn("t", owner="h:1:10", pid=1, expires=100.0)
+    assert store.renew_leases("h:1:10", 500.0) == 2
+    assert store.get_session("t").lease_expires == 500.0
+    assert store.acquire_turn("s", owner="h:2:20", pid=2, expires=1.0, replacing="h:1:10")
+    store.release_turn("t", owner="h:2:20")  # not its lease: nothing happens
+    assert store.get_session("t").owner == "h:1:10"
+    store.release_turn("t", owner="h:1:10")
+    assert store.get_session("t").owner is None
+
+
+def test_a_replay_leaves_out_the_state_changes(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    store.append_update("s", b'{"sessionUpdate":"user_message"}')
+    store.append_update("s", b'{"sessionUpdate":"state_update","state":"running"}', state="running")
+    store.append_update("s", b'{"sessionUpdate":"agent_message"}')
+    store.append_update(
+        "s", b'{"sessionUpdate":"state_update","state":"idle"}', state="idle", now="t1"
+    )
+    assert store.replay("s") == [
+        (1, b'{"sessionUpdate":"user_message"}'),
+        (3, b'{"sessionUpdate":"agent_message"}'),
+    ]
+    assert store.replay("s", after=1) == [(3, b'{"sessionUpdate":"agent_message"}')]
+
+
+def test_a_migrated_v1_store_keeps_its_sessions(tmp_path):
+    db = sqlite3.connect(tmp_path / "old.db", isolation_level=None)
+    db.executescript(f"BEGIN; {MIGRATIONS[0]}; PRAGMA user_version = 1; COMMIT;")
+    db.execute(
+        "INSERT INTO sessions (id, cwd, created_at, updated_at, state, owner_pid)"
+        " VALUES ('old', '/p', 't', 't', 'running', 42)"
+    )
+    db.close()
+    store = Store(tmp_path / "old.db")
+    record = store.get_session("old")
+    assert (record.state, record.owner_pid, record.owner) == ("running", 42, None)
+    store.close()
+
+
+# ---- the async face -------------------------------------------------------------------
+async def test_the_async_store_runs_calls_in_order_off_the_loop(tmp_path):
+    import threading
+
+    from crow.store.aio import AsyncStore, settled
+    from crow.store.db import StoreUnavailable
+
+    store = AsyncStore(Store(tmp_path / "a.db"))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    seqs = [store.append_update("s", f'{{"n":{i}}}'.encode()) for i in range(20)]
+    assert [await f for f in seqs] == list(range(1, 21))
+    thread = await store.submit(lambda: threading.current_thread().name)
+    assert thread.startswith("crow-store")
+    seq, cancelled = await settled(store.append_update("s", b"{}"))
+    assert (seq, cancelled) == (21, False)
+    with pytest.raises(StoreUnavailable, match="session store failed"):
+        await store.submit(store.sync.db.execute, "SELECT * FROM no_such_table")
+    await store.aclose()

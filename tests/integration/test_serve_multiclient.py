@@ -1,0 +1,149 @@
+"""Several clients on one session of ``crow serve --http``: who may end what.
+
+The rules (README, "Several clients"): a client that disconnects only stops
+watching; ``session/close`` detaches its caller and ends the turn only when
+the last watcher leaves; a session nobody watches is unloaded once idle, its
+tool servers with it; an open permission question waits for a client to
+answer it, including one that attaches later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from fakemodel import Text, ToolCalls
+from test_serve_http import client_for, server  # noqa: F401  (the fixture)
+
+from crow.acp import schema
+
+
+def probe_pids(server_pid: int) -> set[int]:
+    """The MCP probe servers the Crow server runs (its children running mcp_probe.py)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                command = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == server_pid and b"mcp_probe.py" in command:
+            found.add(int(entry))
+    return found
+
+
+async def eventually(check: Any, what: str, within_s: float = 15.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, f"never: {what}"
+        await asyncio.sleep(0.1)
+
+
+async def test_close_by_one_watcher_does_not_cancel_anothers_turn(server, scripted_model):  # noqa: F811
+    scripted_model.script(Text(text="a b c d e", chunks=5, delay_s=0.2))
+    owner = await client_for(server.url)
+    onlooker = await client_for(server.ws_url)
+    async with asyncio.timeout(30):
+        session = await owner.new_session("/tmp")
+        turn = await session.prompt("go")
+        watching = await onlooker.resume_session(session.id, "/tmp")
+        await watching.close()
+        await session.wait(turn)
+    assert turn.stop_reason == "end_turn"
+    assert session.projection.text() == "a b c d e"
+    await owner.aclose()
+    await onlooker.aclose()
+
+
+async def test_the_last_watcher_to_close_ends_the_turn(server, scripted_model):  # noqa: F811
+    scripted_model.script(Text(text="a b c d e f g h", chunks=8, delay_s=0.3))
+    client = await client_for(server.url)
+    async with asyncio.timeout(30):
+        session = await client.new_session("/tmp")
+        turn = await session.prompt("go")
+        while "a" not in session.projection.text():
+            await client.next_update(session.id)
+        await session.close()
+    assert turn.stop_reason == "cancelled"
+    await client.aclose()
+
+
+async def test_a_question_whose_client_vanished_is_put_to_the_next_client(
+    server,  # noqa: F811
+    scripted_model,
+):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "later.txt"})]), Text(text="written")
+    )
+    asked = asyncio.Event()
+
+    async def walk_away(request: Any) -> Any:
+        asked.set()
+        await asyncio.Event().wait()  # never answers: its client is about to vanish
+
+    async def approve(request: Any) -> Any:
+        return schema.RequestPermissionResponse(
+            outcome=schema.SelectedPermissionOutcome(option_id="allow_once")
+        )
+
+    first = await client_for(server.url, on_permission=walk_away)
+    async with asyncio.timeout(30):
+        session = await first.new_session("/tmp")
+        await session.prompt("write it")
+        await asked.wait()
+        await first.aclose()
+        second = await client_for(server.ws_url, on_permission=approve)
+        resumed = await second.resume_session(session.id, "/tmp", replay=True)
+        assert resumed.projection.state == "requires_action"
+        while resumed.projection.state != "idle" or not resumed.projection.stop_reason:
+            await second.next_update(session.id)
+    assert resumed.projection.stop_reason == "end_turn"
+    assert [c.status for c in resumed.projection.tool_calls.values()] == ["completed"]
+    await second.aclose()
+
+
+async def test_a_session_nobody_watches_is_unloaded_with_its_tool_servers(
+    server,  # noqa: F811
+    scripted_model,
+):
+    scripted_model.set_default(Text(text="ok"))
+    pid = server.process.pid
+    client = await client_for(server.url)
+    async with asyncio.timeout(60):
+        session = await client.new_session("/tmp")
+        await session.run("start the tools")
+        assert len(probe_pids(pid)) == 1
+        await client.aclose()
+        await eventually(lambda: not probe_pids(pid), "the probe server stopped")
+        again = await client_for(server.ws_url)
+        resumed = await again.resume_session(session.id, "/tmp")
+        turn = await resumed.run("back again")
+        assert turn.stop_reason == "end_turn"
+        assert len(probe_pids(pid)) == 1
+        await again.aclose()
+        await eventually(lambda: not probe_pids(pid), "the probe server stopped again")
+
+
+async def test_another_clients_resume_keeps_the_running_tool_servers(
+    server,  # noqa: F811
+    scripted_model,
+):
+    scripted_model.set_default(Text(text="ok"))
+    pid = server.process.pid
+    first = await client_for(server.url)
+    second = await client_for(server.ws_url)
+    async with asyncio.timeout(60):
+        session = await first.new_session("/tmp")
+        await session.run("start the tools")
+        before = probe_pids(pid)
+        await second.resume_session(session.id, "/tmp")
+        await session.run("still the same tools?")
+        assert probe_pids(pid) == before  # not restarted: their background work goes on
+    await first.aclose()
+    await second.aclose()
