@@ -1,25 +1,35 @@
-"""``crow serve --http`` under load: many clients over streamable HTTP and WebSocket.
+"""ACP over HTTP + SSE and WebSocket under load: Crow beside the TS SDK's echo server.
 
     python bench/http_bench.py [--clients 100] [--prompts 10] [--chunks 10]
+                               [--only crow,crow-echo,ts-echo] [--transports http,ws]
 
-Each client opens its own connection and session and sends its prompts one
-after another (prompt -> idle) against a scripted model that answers at once.
-Reported per transport: prompts/s, session/update notifications/s, p50/p99 of
-prompt -> idle, and the server's peak RSS.  Clients run in this process with
-Crow's own client (``crow.acp``), the server in another.
+Servers, each in its own process, measured one after another in the same run:
+
+- ``crow``: ``crow serve --http`` against the scripted model (``tests/fakemodel.py``,
+  zero latency, ``--chunks`` deltas per reply), so every turn goes through
+  Crow's store, model client and turn loop;
+- ``crow-echo``: Crow's in-memory echo agent on the same HTTP transport
+  (``bench/crow_echo_http.py``): the transport and ACP layer alone;
+- ``ts-echo``: the TS SDK 2.4.0 ``AcpServer`` with its echo agent
+  (``tests/interop/ts/echo_http_server.mjs --plain``; one node child per connection).
+
+The load comes from ``bench/http_load.py`` in a separate process (raw sockets, no
+validation): each client opens a connection and a session, warms up with one
+prompt, then sends its prompts one after another.  Reported: prompts/s,
+session/update events/s, p50/p99/max of prompt -> idle, and the server's peak
+RSS (for ts-echo, the HTTP server process only, not its agent children).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,10 +39,7 @@ for extra in ("src", "tests", "tests/integration"):
 from fakemodel import ScriptedModel, Text  # noqa: E402
 from serve_support import write_config  # noqa: E402
 
-from crow.acp import ClientSide, schema  # noqa: E402
-from crow.acp.transports.http_client import connect_url  # noqa: E402
-
-INFO = schema.Implementation(name="http-bench", version="0")
+TS_DIR = ROOT / "tests" / "interop" / "ts"
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -42,71 +49,93 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-async def one_client(url: str, prompts: int, latencies: list[float], counts: list[int]) -> None:
-    client = ClientSide(await connect_url(url), info=INFO)
-    async with client:
-        client.on_update(lambda sid, update: counts.__setitem__(0, counts[0] + 1))
-        await client.initialize()
-        session = await client.new_session("/tmp")
-        for _ in range(prompts):
-            started = time.perf_counter()
-            await session.run("benchmark")
-            latencies.append(time.perf_counter() - started)
+def start(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """Start a server; its URL is the first http:// URL it prints on stderr."""
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env
+    )
+    assert process.stderr is not None
+    for line in process.stderr:
+        found = re.search(r"(http://\S+)", line)
+        if found:  # keep reading its stderr, or a chatty server blocks on it
+            threading.Thread(target=process.stderr.read, daemon=True).start()
+            return process, found.group(1)
+    raise RuntimeError(f"{command[0]} did not start")
 
 
-async def load(url: str, clients: int, prompts: int) -> dict[str, float]:
-    latencies: list[float] = []
-    counts = [0]
-    started = time.perf_counter()
-    await asyncio.gather(*(one_client(url, prompts, latencies, counts) for _ in range(clients)))
-    elapsed = time.perf_counter() - started
-    latencies.sort()
+def stop(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_load(url: str, clients: int, prompts: int) -> dict[str, float]:
+    result = subprocess.run(
+        [
+            *(sys.executable, str(ROOT / "bench" / "http_load.py"), url),
+            *("--clients", str(clients), "--prompts", str(prompts)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-2000:])
+    loaded: dict[str, float] = json.loads(result.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def commands(chunks: int, home: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+    env = {**os.environ, "CROW_HOME": home}
     return {
-        "prompts_per_s": len(latencies) / elapsed,
-        "updates_per_s": counts[0] / elapsed,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-        "seconds": elapsed,
+        "crow": ([sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0"], env),
+        "crow-echo": (
+            [sys.executable, str(ROOT / "bench" / "crow_echo_http.py"), "--chunks", str(chunks)],
+            env,
+        ),
+        "ts-echo": (
+            [
+                *("node", str(TS_DIR / "echo_http_server.mjs")),
+                *("--port", "0", "--plain", "--chunks", str(chunks)),
+            ],
+            env,
+        ),
     }
 
 
-async def main() -> None:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--chunks", type=int, default=10)
+    parser.add_argument("--only", default="crow,crow-echo,ts-echo")
+    parser.add_argument("--transports", default="http,ws")
     args = parser.parse_args()
     with ScriptedModel() as model, tempfile.TemporaryDirectory() as home:
         model.set_default(Text(text="word " * args.chunks, chunks=args.chunks))
         write_config(Path(home), model.base_url, extra="[tools]\nbuiltin = []\n")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0"],
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "CROW_HOME": home},
-        )
-        try:
-            assert server.stderr is not None
-            url = ""
-            for line in server.stderr:
-                found = re.search(r"(http://\S+)", line)
-                if found:
-                    url = found.group(1)
-                    break
-            print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
-            for name, target in (("http+sse", url), ("websocket", url.replace("http", "ws", 1))):
-                r = await load(target, args.clients, args.prompts)
-                print(
-                    f"  {name:10} {r['prompts_per_s']:7.0f} prompts/s {r['updates_per_s']:8.0f} "
-                    f"updates/s  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  "
-                    f"({r['seconds']:.1f} s)"
-                )
-            print(f"  server peak RSS {peak_rss_mib(server.pid):.0f} MiB")
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
+        print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
+        for name, (command, env) in commands(args.chunks, home).items():
+            if name not in args.only.split(","):
+                continue
+            server, url = start(command, env)
+            try:
+                for transport in args.transports.split(","):
+                    target = url if transport == "http" else url.replace("http", "ws", 1)
+                    r = run_load(target, args.clients, args.prompts)
+                    print(
+                        f"  {name:9} {transport:4} {r['prompts_per_s']:7.0f} prompts/s "
+                        f"{r['updates_per_s']:8.0f} events/s  p50 {r['p50_ms']:7.1f} ms  "
+                        f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms",
+                        flush=True,
+                    )
+                print(f"  {name:9} peak RSS {peak_rss_mib(server.pid):.0f} MiB", flush=True)
+            finally:
+                stop(server)
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -175,6 +175,10 @@ def wire(client: ClientSide, session_id: str) -> list[dict[str, Any]]:
     return [u for sid, u in client.seen if sid == session_id]  # type: ignore[attr-defined]
 
 
+def is_state(update: dict[str, Any]) -> bool:
+    return update.get("sessionUpdate") == "state_update"
+
+
 def recording(client: ClientSide) -> ClientSide:
     client.seen = []  # type: ignore[attr-defined]
     client.on_update(lambda sid, u: client.seen.append((sid, u.to_wire())))  # type: ignore
@@ -197,17 +201,15 @@ async def test_two_clients_see_the_same_updates_in_the_same_order(server, script
         while watcher.projection.state != "idle" or not watcher.projection.stop_reason:
             await second.next_update(session.id)
     seen_first, seen_second = wire(first, session.id), wire(second, session.id)
-    snapshot = next(
-        i
-        for i, u in enumerate(seen_second)
-        if u.get("sessionUpdate") == "state_update"
-        and u["state"] == "running"
-        and i > 0
-        and seen_second[i - 1].get("sessionUpdate") != "user_message"
-    )
-    # The second client got the replay, then the current state, then the same live updates.
-    without_snapshot = seen_second[:snapshot] + seen_second[snapshot + 1 :]
-    assert without_snapshot == seen_first
+    # The second client got the replay (content, no state), then one current state,
+    # then the same live updates as the first.
+    snapshot = next(i for i, u in enumerate(seen_second) if is_state(u))
+    live = seen_second[snapshot + 1 :]
+    assert live and live[-1].get("stopReason") == "end_turn"  # it watched the turn end live
+    before = seen_first[: len(seen_first) - len(live)]
+    assert seen_first[len(before) :] == live
+    assert seen_second[:snapshot] == [u for u in before if not is_state(u)]
+    assert seen_second[snapshot]["state"] == [u for u in before if is_state(u)][-1]["state"]
     assert watcher.projection.text() == session.projection.text()
     await first.aclose()
     await second.aclose()

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import ipaddress
 import logging
 import secrets
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
@@ -45,11 +47,14 @@ class HttpSecurity:
     allowed_origins: tuple[str, ...] = ()
 
     def check(self, scope: Scope) -> Response | None:
-        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        # latin-1 decodes any bytes: a header that is not UTF-8 cannot fail here.
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
         if self.token is not None:
-            given = headers.get("authorization", "")
-            expected = f"Bearer {self.token}"
-            if not hmac.compare_digest(given.encode(), expected.encode()):
+            given = headers.get("authorization", "").encode("latin-1")
+            expected = f"Bearer {self.token}".encode()
+            if not hmac.compare_digest(given, expected):
                 return JSONResponse(
                     {"error": "missing or wrong bearer token"},
                     401,
@@ -101,7 +106,13 @@ async def serve_http(
     async def serve(transport: HttpTransport) -> None:
         await serve_connection(agent, transport)  # v1 or v2, by its initialize
 
-    app = AcpHttpApp(serve, limits=limits, check=security.check)
+    async def session_exists(session_id: str) -> bool:
+        found: Any = store.get_session(session_id)
+        if inspect.isawaitable(found):  # the store's API may be async
+            found = await found
+        return found is not None
+
+    app = AcpHttpApp(serve, limits=limits, check=security.check, session_exists=session_exists)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

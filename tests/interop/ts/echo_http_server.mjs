@@ -4,12 +4,13 @@
 // /experimental/server AcpServer + /experimental/node adapters).
 //
 //   node echo_http_server.mjs --port N [--host H] [--path /acp] [--token T] [--trace]
-//                             [--chunks N] [--delay-ms D] [--idle-after-new]
+//                             [--chunks N] [--delay-ms D] [--idle-after-new] [--plain]
 //
 // Prints `listening on http://H:PORT/acp` on stderr (--port 0 picks a free
 // port). Each ACP connection (HTTP initialize, or WebSocket upgrade) gets its
 // own `node echo_agent.mjs` child (the existing stdio echo agent, with the
-// --chunks/--delay-ms/--idle-after-new flags passed through), so sessions live
+// --chunks/--delay-ms/--idle-after-new/--plain flags passed through; --plain
+// skips the extra validation, for benchmarks), so sessions live
 // as long as their connection. --token requires `Authorization: Bearer T` on
 // every request and upgrade (401 otherwise). --trace logs each HTTP exchange.
 //
@@ -45,7 +46,7 @@ function parseArgs(argv) {
     else if (a === "--token") opts.token = value();
     else if (a === "--trace") opts.trace = true;
     else if (a === "--chunks" || a === "--delay-ms") opts.agentArgs.push(a, value());
-    else if (a === "--idle-after-new") opts.agentArgs.push(a);
+    else if (a === "--idle-after-new" || a === "--plain") opts.agentArgs.push(a);
     else throw new Error(`unknown argument ${a}`);
   }
   if (!Number.isInteger(opts.port) || opts.port < 0 || opts.port > 65535) throw new Error("--port N is required");

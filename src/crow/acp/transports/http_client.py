@@ -71,10 +71,14 @@ class HttpClientTransport:
             headers["Acp-Session-Id"] = session
             self._open_stream(session)
         response = await self._send("POST", content=frame, headers=headers)
-        if response.status_code not in (200, 202):
+        if response.status_code in (200, 202):
+            return
+        refusal = _refusal(message, session, response.status_code, response.text)
+        if refusal is None:  # the connection is gone, or what failed needs no answer
             raise ConnectionError(
                 f"the agent refused a message: HTTP {response.status_code} {response.text[:200]}"
             )
+        self.inbound.put_nowait(orjson.dumps(refusal))
 
     async def _initialize(self, frame: bytes) -> None:
         response = await self._send(
@@ -120,6 +124,8 @@ class HttpClientTransport:
             async with self.client.stream("GET", self.url, headers=headers) as response:
                 if response.status_code != 200:
                     log.warning("SSE stream refused: HTTP %s", response.status_code)
+                    if session is not None:
+                        self.streams.pop(session, None)  # the next message tries again
                     return
                 async for line in response.aiter_lines():
                     if line.startswith("data:"):
@@ -193,6 +199,29 @@ class WebSocketClientTransport:
 
     async def aclose(self) -> None:
         await self.socket.close()
+
+
+#: Statuses that mean the whole connection is unusable (as the TS SDK's client reads them).
+CONNECTION_GONE = frozenset({401, 403, 410})
+
+
+def _refusal(message: Any, session: str | None, status: int, body: str) -> Any:
+    """The JSON-RPC error that answers a request whose POST was refused, or None
+    when the connection itself is gone or the message was not a request."""
+    if not (isinstance(message, dict) and "method" in message and "id" in message):
+        return None
+    unknown_session = status == 404 and "Acp-Session-Id" in body
+    if status in CONNECTION_GONE or (status == 404 and not unknown_session):
+        return None
+    if unknown_session:
+        error = {"code": -32002, "message": "Session not found", "data": {"sessionId": session}}
+    else:
+        error = {
+            "code": -32600,
+            "message": f"the agent refused the request: HTTP {status}",
+            "data": {"status": status, "body": body[:8192]},
+        }
+    return {"jsonrpc": "2.0", "id": message["id"], "error": error}
 
 
 def _key(value: Any) -> Any:

@@ -5,8 +5,11 @@ One endpoint (``/acp``):
 - ``POST`` without ``Acp-Connection-Id`` must carry ``initialize``: it opens a
   connection and is answered ``200`` with the JSON-RPC response in the body and
   the new ``Acp-Connection-Id`` header.  Every other ``POST`` names its
-  connection (400 without, 404 unknown) and is answered ``202``; its response
-  arrives on an SSE stream.
+  connection (400 without, 404 unknown, 410 expired or dropped) and is answered
+  ``202``; its response arrives on an SSE stream.  A ``POST`` about a session
+  (``session/prompt`` and the others in ``SESSION_METHODS``, or any message with
+  ``params.sessionId``) must name it in ``Acp-Session-Id`` too (400 without or
+  mismatched, 404 for a session the agent does not know), as in the TS SDK.
 - ``GET`` (``Accept: text/event-stream``) opens the connection's stream or, with
   ``Acp-Session-Id``, a session's stream.  Messages of a session (its
   ``session/update``s, the agent's requests about it, responses to ``POST``s
@@ -15,6 +18,15 @@ One endpoint (``/acp``):
   misses nothing.  Idle streams get ``: keepalive`` comments.
 - ``DELETE`` ends the connection (``202``).
 - A WebSocket on the same path is one connection: a text frame per message.
+
+Output is never written while the agent waits: each connection buffers what its
+client has not read yet, counted in bytes.  A client more than
+``max_buffered_bytes`` behind that reads nothing for ``max_output_stall_s`` (or
+stays four times that far behind that long) is dropped, so a stalled reader
+neither grows the server without bound nor slows the turn for the session's
+other watchers; it can come back and resume with its ``_crow/after`` cursor.
+An HTTP connection with no request and no open stream for ``idle_timeout_s``
+expires.
 
 The app knows nothing of agents: ``serve`` is called with each new
 connection's transport and serves it until it ends.  Authentication and the
@@ -27,6 +39,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +48,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 __all__ = ["AcpHttpApp", "HttpLimits", "HttpTransport"]
 
@@ -47,6 +60,33 @@ SESSION_HEADER = "acp-session-id"
 KEEPALIVE_S = 15.0
 #: How long the initialize POST waits for its answer.
 INITIALIZE_WAIT_S = 30.0
+#: How long a closing WebSocket waits to flush its last frames and close frame.
+CLOSE_WAIT_S = 10.0
+#: How long a dropped WebSocket waits for its client to read up to the close frame
+#: (uvicorn's own ping timeout ends a client that never reads again sooner).
+DROP_CLOSE_WAIT_S = 120.0
+#: The most one SSE write takes from its buffer at once.
+SSE_BATCH_BYTES = 256 * 1024
+#: How many ended connections keep a tombstone, so their client learns why.
+TOMBSTONES = 4096
+#: Methods that concern one session: their POST needs ``Acp-Session-Id`` (TS SDK 2.4.0).
+SESSION_METHODS = frozenset(
+    {
+        "session/cancel",
+        "session/close",
+        "session/delete",
+        "session/fork",
+        "session/load",
+        "session/prompt",
+        "session/resume",
+        "session/set_config_option",
+        "session/set_mode",
+        "session/set_model",
+    }
+)
+
+#: Session methods that succeed for an unknown session: the agent answers them.
+IDEMPOTENT = frozenset({"session/close", "session/delete"})
 
 Serve = Callable[["HttpTransport"], Awaitable[None]]
 
@@ -55,22 +95,52 @@ Serve = Callable[["HttpTransport"], Awaitable[None]]
 class HttpLimits:
     max_message_bytes: int = 64 * 1024 * 1024  # one POST body or WebSocket message
     max_connections: int = 256
-    max_buffered_frames: int = 100_000  # per stream without a reader
+    #: Output a connection may hold for a client that does not read it (all its streams).
+    max_buffered_bytes: int = 16 * 1024 * 1024
+    #: How long a reader past ``max_buffered_bytes`` may take nothing before it is dropped.
+    max_output_stall_s: float = 5.0
+    #: An HTTP connection with no request and no open stream for this long expires.
+    idle_timeout_s: float = 300.0
 
 
 class _Stream:
-    """Frames for one SSE stream; buffered until (and while) no one reads."""
+    """Output for one SSE stream (or a WebSocket), kept until its reader takes it."""
 
-    def __init__(self, limit: int) -> None:
-        self.frames: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.limit = limit
+    def __init__(self, owner: HttpTransport) -> None:
+        self.owner = owner
+        self.frames: deque[bytes] = deque()
+        self.ready = asyncio.Event()
         self.reader = False
+        self.ended = False
 
-    def put(self, frame: bytes | None) -> bool:
-        if frame is not None and self.frames.qsize() >= self.limit:
-            return False
-        self.frames.put_nowait(frame)
-        return True
+    def put(self, frame: bytes) -> None:
+        self.frames.append(frame)
+        self.owner.buffered += len(frame)
+        self.ready.set()
+
+    def take(self, budget: int) -> list[bytes]:
+        """The oldest frames, about ``budget`` bytes (at least one if any)."""
+        taken: list[bytes] = []
+        size = 0
+        while self.frames and size < budget:
+            frame = self.frames.popleft()
+            taken.append(frame)
+            size += len(frame)
+        self.owner.taken(size)
+        return taken
+
+    async def wait(self) -> None:
+        """Until there is something to take, or the stream has ended."""
+        if not self.frames and not self.ended:
+            self.ready.clear()
+            await self.ready.wait()
+
+    def end(self, *, discard: bool) -> None:
+        if discard:
+            self.owner.taken(sum(len(frame) for frame in self.frames))
+            self.frames.clear()
+        self.ended = True
+        self.ready.set()
 
 
 @dataclass(eq=False)
@@ -79,31 +149,50 @@ class HttpTransport:
 
     id: str
     limits: HttpLimits
+    websocket: bool = False
     inbound: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
     streams: dict[str | None, _Stream] = field(default_factory=dict)  # None: the connection's
     request_sessions: dict[Any, str] = field(default_factory=dict)  # inbound id -> session
     direct: dict[Any, asyncio.Future[bytes]] = field(default_factory=dict)  # answered in-body
-    websocket: WebSocket | None = None
+    sessions: set[str] = field(default_factory=set)  # Acp-Session-Ids known to be good
+    buffered: int = 0  # bytes written and not yet taken by a reader
+    over_since: float | None = None  # when ``buffered`` went past the limit
+    last_taken: float = 0.0  # when a reader last took output
+    last_active: float = 0.0
     closed: bool = False
+    dropped: str | None = None  # why the connection was dropped, if it was
+    close_code: int = 1000  # for a WebSocket
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def stream(self, session_id: str | None) -> _Stream:
         stream = self.streams.get(session_id)
         if stream is None:
-            stream = self.streams[session_id] = _Stream(self.limits.max_buffered_frames)
+            stream = self.streams[session_id] = _Stream(self)
         return stream
+
+    def touch(self) -> None:
+        self.last_active = asyncio.get_running_loop().time()
+
+    def idle_for(self, now: float) -> float:
+        if self.websocket or self.direct or any(s.reader for s in self.streams.values()):
+            return 0.0
+        return now - self.last_active
 
     async def read_frame(self) -> bytes | None:
         return await self.inbound.get()
 
     async def write_frames(self, frames: Sequence[bytes]) -> None:
+        """Buffer the frames for their streams; never waits for the client."""
         if self.closed:
-            raise ConnectionError("the HTTP connection is closed")
-        if self.websocket is not None:
+            raise ConnectionError(self.dropped or "the HTTP connection is closed")
+        if self.websocket:
+            stream = self.stream(None)
             for frame in frames:
-                await self.websocket.send_text(frame.decode())
-            return
-        for frame in frames:
-            self._route(frame)
+                stream.put(frame)
+        else:
+            for frame in frames:
+                self._route(frame)
+        self._check_backlog()
 
     def _route(self, frame: bytes) -> None:
         message = orjson.loads(frame)
@@ -114,37 +203,82 @@ class HttpTransport:
                 return
             session = self.request_sessions.pop(_key(message.get("id")), None)
         elif isinstance(message, dict):
-            session = (message.get("params") or {}).get("sessionId")
+            session = _session_of(message)
         else:
             session = None
-        if not self.stream(session if isinstance(session, str) else None).put(frame):
-            log.warning("connection %s: stream buffer full, closing", self.id)
-            self.close()
+        self.stream(session if isinstance(session, str) else None).put(frame)
 
-    def close(self) -> None:
+    def _check_backlog(self) -> None:
+        limit = self.limits.max_buffered_bytes
+        if self.buffered <= limit:
+            return
+        now = asyncio.get_running_loop().time()
+        if self.over_since is None:
+            self.over_since = now
+        # Behind is fine while the reader keeps taking (a replay arrives all at once);
+        # it is stalled once it stops, and too slow once it stays far behind.
+        stall = self.limits.max_output_stall_s
+        quiet = now - max(self.over_since, self.last_taken)
+        far_behind = self.buffered > 4 * limit and now - self.over_since >= stall
+        if quiet >= stall or far_behind:
+            self.drop(
+                f"the client fell behind: over {limit} bytes of output unread; "
+                "resume the session on a new connection with replayFrom _crow/after"
+            )
+
+    def taken(self, size: int) -> None:
+        self.buffered -= size
+        if size:
+            self.last_taken = asyncio.get_running_loop().time()
+        if self.buffered <= self.limits.max_buffered_bytes:
+            self.over_since = None
+
+    def drop(self, reason: str) -> None:
+        """End the connection now, discarding what its client has not read."""
+        if self.closed:
+            return
+        log.warning("connection %s dropped: %s", self.id, reason)
+        self.dropped = reason
+        self.close_code = 1008  # policy, as the TS SDK closes for its connection limits
+        self.close(discard=True)
+
+    def close(self, *, discard: bool = False) -> None:
         if self.closed:
             return
         self.closed = True
         self.inbound.put_nowait(None)
         for stream in self.streams.values():
-            stream.put(None)
+            stream.end(discard=discard)
         for future in self.direct.values():
             if not future.done():
                 future.cancel()
+        self.done.set()
 
     async def aclose(self) -> None:
         self.close()
-        if self.websocket is not None:
-            with contextlib.suppress(Exception):
-                await self.websocket.close()
 
 
 def _key(value: Any) -> Any:
     return str(value) if isinstance(value, (int, str)) else value
 
 
+def _session_of(message: dict[str, Any]) -> str | None:
+    params = message.get("params")
+    session = params.get("sessionId") if isinstance(params, dict) else None
+    return session if isinstance(session, str) else None
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
 class AcpHttpApp:
-    """The ASGI app.  ``check(scope)`` returns an error response to refuse a request."""
+    """The ASGI app.
+
+    ``check(scope)`` returns an error response to refuse a request;
+    ``session_exists(id)`` says whether the agent knows a session (without it,
+    every ``Acp-Session-Id`` is taken as known).
+    """
 
     def __init__(
         self,
@@ -153,13 +287,17 @@ class AcpHttpApp:
         path: str = "/acp",
         limits: HttpLimits | None = None,
         check: Callable[[Scope], Response | None] | None = None,
+        session_exists: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.serve = serve
         self.path = path
         self.limits = limits or HttpLimits()
         self.check = check
+        self.session_exists = session_exists
         self.connections: dict[str, HttpTransport] = {}
+        self.gone: OrderedDict[str, str] = OrderedDict()  # ended connection -> why
         self.tasks: set[asyncio.Task[None]] = set()
+        self.reaper: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -167,10 +305,7 @@ class AcpHttpApp:
             return
         if scope["type"] not in ("http", "websocket"):
             return
-        if scope["path"].rstrip("/") != self.path:
-            await _reply(scope, receive, send, JSONResponse({"error": "not found"}, 404))
-            return
-        refusal = self.check(scope) if self.check else None
+        refusal = self._refusal(scope)
         if refusal is not None:
             await _reply(scope, receive, send, refusal)
             return
@@ -182,13 +317,28 @@ class AcpHttpApp:
         response = await handler(request) if handler else _text(405, "use POST, GET or DELETE")
         await response(scope, receive, send)
 
+    def _refusal(self, scope: Scope) -> Response | None:
+        if scope["path"].rstrip("/") != self.path:
+            return JSONResponse({"error": "not found"}, 404)
+        for name, value in scope.get("headers", []):
+            try:
+                name.decode(), value.decode()
+            except UnicodeDecodeError:
+                shown = name.decode("latin-1")[:40]
+                return _text(400, f"header {shown!r} is not valid UTF-8")
+        return self.check(scope) if self.check else None
+
     # ---- connections --------------------------------------------------------------
-    def _open(self, websocket: WebSocket | None = None) -> HttpTransport | Response:
+    def _open(self, *, websocket: bool = False) -> HttpTransport | Response:
+        self._start_reaper()
+        if len(self.connections) >= self.limits.max_connections:
+            self._expire_idle()
         if len(self.connections) >= self.limits.max_connections:
             return _text(503, f"too many connections (limit {self.limits.max_connections})")
         transport = HttpTransport(
             id=secrets.token_urlsafe(16), limits=self.limits, websocket=websocket
         )
+        transport.touch()
         self.connections[transport.id] = transport
 
         async def run() -> None:
@@ -198,21 +348,56 @@ class AcpHttpApp:
                 log.exception("connection %s failed", transport.id)
             finally:
                 transport.close()
-                self.connections.pop(transport.id, None)
+                self._forget(transport, None)
 
         task = asyncio.create_task(run(), name=f"acp-http-{transport.id}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return transport
 
+    def _forget(self, transport: HttpTransport, why: str | None) -> None:
+        """Free the connection's slot; ``why`` (or its drop reason) stays as a tombstone."""
+        if self.connections.pop(transport.id, None) is None:
+            return
+        why = transport.dropped or why
+        if why is None:
+            return  # ended as asked (DELETE): unknown from now on, as in the TS SDK
+        self.gone[transport.id] = why
+        while len(self.gone) > TOMBSTONES:
+            self.gone.popitem(last=False)
+
     def _connection(self, request: Request) -> HttpTransport | Response:
         connection_id = request.headers.get(CONNECTION_HEADER)
         if not connection_id:
             return _text(400, "missing Acp-Connection-Id header")
         transport = self.connections.get(connection_id)
-        if transport is None or transport.closed:
-            return _text(404, "unknown Acp-Connection-Id: initialize a new connection")
-        return transport
+        if transport is not None and not transport.closed:
+            transport.touch()
+            return transport
+        why = transport.dropped if transport is not None else self.gone.get(connection_id)
+        if why:
+            return _text(410, f"Acp-Connection-Id {connection_id} is gone: {why}")
+        return _text(404, "unknown Acp-Connection-Id: initialize a new connection")
+
+    # ---- idle expiry ------------------------------------------------------------------
+    def _start_reaper(self) -> None:
+        if self.reaper is None or self.reaper.done():
+            self.reaper = asyncio.create_task(self._reap(), name="acp-http-reaper")
+
+    async def _reap(self) -> None:
+        interval = max(0.05, min(self.limits.idle_timeout_s / 4, 10.0))
+        while self.connections:
+            await asyncio.sleep(interval)
+            self._expire_idle()
+
+    def _expire_idle(self) -> None:
+        now = asyncio.get_running_loop().time()
+        limit = self.limits.idle_timeout_s
+        for transport in list(self.connections.values()):
+            if transport.idle_for(now) > limit:
+                log.info("connection %s expired after %.0f s idle", transport.id, limit)
+                transport.close()
+                self._forget(transport, f"expired after {limit:g} s without a request or stream")
 
     # ---- POST ---------------------------------------------------------------------
     async def _post(self, request: Request) -> Response:
@@ -234,17 +419,49 @@ class AcpHttpApp:
         transport = self._connection(request)
         if isinstance(transport, Response):
             return transport
-        session = request.headers.get(SESSION_HEADER)
-        if session and "method" in message and "id" in message:
+        session = await self._session_route(transport, message, request.headers.get(SESSION_HEADER))
+        if isinstance(session, Response):
+            return session
+        if session and "method" in message and _is_id(message.get("id")):
             transport.request_sessions[_key(message["id"])] = session
         transport.inbound.put_nowait(body)
         return Response(status_code=202)
+
+    async def _session_route(
+        self, transport: HttpTransport, message: dict[str, Any], header: str | None
+    ) -> str | Response | None:
+        """The session a POST concerns, or why it is refused."""
+        if "method" not in message:  # a response to the agent: routed by its id
+            return header or None
+        named = _session_of(message)
+        if not header:
+            if named is not None or message["method"] in SESSION_METHODS:
+                return _text(
+                    400, f"missing Acp-Session-Id header: {message['method']} concerns a session"
+                )
+            return None
+        if named is not None and named != header:
+            return _text(400, "mismatched Acp-Session-Id: the header and params.sessionId differ")
+        if message["method"] not in IDEMPOTENT and not await self._known(transport, header):
+            return _text(404, f"unknown Acp-Session-Id {header[:80]!r}")
+        return header
+
+    async def _known(self, transport: HttpTransport, session: str) -> bool:
+        """Whether the agent knows ``session`` (remembered per connection once it does)."""
+        if session in transport.sessions:
+            return True
+        if self.session_exists is not None and not await self.session_exists(session):
+            return False
+        transport.sessions.add(session)
+        return True
 
     async def _initialize(self, message: dict[str, Any], body: bytes) -> Response:
         if message.get("method") != "initialize" or "id" not in message:
             return _text(
                 400, "missing Acp-Connection-Id header: only initialize opens a connection"
             )
+        if not _is_id(message["id"]):
+            return _rpc_error(400, -32600, "initialize needs a string or integer id")
         transport = self._open()
         if isinstance(transport, Response):
             return transport
@@ -255,14 +472,19 @@ class AcpHttpApp:
             async with asyncio.timeout(INITIALIZE_WAIT_S):
                 frame = await answer
         except (TimeoutError, asyncio.CancelledError):
-            transport.close()
+            self._fail(transport)
             return _text(503, "the agent did not answer initialize")
         if b'"error"' in frame and orjson.loads(frame).get("error") is not None:
-            transport.close()  # a failed initialize opens no connection
+            self._fail(transport)  # a failed initialize opens no connection
             return Response(frame, 200, media_type="application/json")
         return Response(
             frame, 200, media_type="application/json", headers={"Acp-Connection-Id": transport.id}
         )
+
+    def _fail(self, transport: HttpTransport) -> None:
+        """Close a connection whose initialize failed; it frees its slot at once."""
+        transport.close()
+        self.connections.pop(transport.id, None)
 
     # ---- GET: SSE streams -----------------------------------------------------------
     async def _get(self, request: Request) -> Response:
@@ -271,7 +493,10 @@ class AcpHttpApp:
         transport = self._connection(request)
         if isinstance(transport, Response):
             return transport
-        stream = transport.stream(request.headers.get(SESSION_HEADER) or None)
+        session = request.headers.get(SESSION_HEADER) or None
+        if session is not None and not await self._known(transport, session):
+            return _text(404, f"unknown Acp-Session-Id {session[:80]!r}")
+        stream = transport.stream(session)
         if stream.reader:
             return _text(409, "this stream already has a reader")
         stream.reader = True
@@ -285,16 +510,33 @@ class AcpHttpApp:
         transport = self._connection(request)
         if isinstance(transport, Response):
             return transport
-        await transport.aclose()
+        transport.close()
+        self._forget(transport, None)
         return Response(status_code=202)
 
     # ---- WebSocket ------------------------------------------------------------------
     async def _websocket(self, websocket: WebSocket) -> None:
-        opened = self._open(websocket)
+        opened = self._open(websocket=True)
         if isinstance(opened, Response):
             await websocket.close(code=1013, reason="too many connections")
             return
         await websocket.accept(headers=[(b"acp-connection-id", opened.id.encode())])
+        stream = opened.stream(None)
+        stream.reader = True
+        reader = asyncio.create_task(self._read_socket(opened, websocket))
+        pump = asyncio.create_task(_pump_socket(stream, websocket))
+        pump.add_done_callback(lambda _: opened.close())
+        await opened.done.wait()
+        reader.cancel()
+        if opened.dropped is None:
+            await asyncio.wait({pump}, timeout=CLOSE_WAIT_S)  # flush what is left
+        pump.cancel()
+        reason = opened.dropped or ("message too large" if opened.close_code == 1009 else "")
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(DROP_CLOSE_WAIT_S if opened.dropped else CLOSE_WAIT_S):
+                await websocket.close(code=opened.close_code, reason=reason[:120])
+
+    async def _read_socket(self, transport: HttpTransport, websocket: WebSocket) -> None:
         try:
             while True:
                 message = await websocket.receive()
@@ -304,13 +546,13 @@ class AcpHttpApp:
                 if text is None:
                     continue  # binary frames are ignored (§11)
                 if len(text) > self.limits.max_message_bytes:
-                    await websocket.close(code=1009, reason="message too large")
+                    transport.close_code = 1009
                     break
-                opened.inbound.put_nowait(text.encode())
-        except WebSocketDisconnect:
-            pass
+                transport.inbound.put_nowait(text.encode())
+        except Exception as exc:  # a broken socket ends its connection, nothing more
+            log.debug("WebSocket %s: %s", transport.id, exc)
         finally:
-            opened.close()
+            transport.close()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -320,6 +562,8 @@ class AcpHttpApp:
             elif message["type"] == "lifespan.shutdown":
                 for transport in list(self.connections.values()):
                     transport.close()
+                if self.reaper is not None:
+                    self.reaper.cancel()
                 if self.tasks:
                     await asyncio.wait(self.tasks, timeout=2.0)
                 await send({"type": "lifespan.shutdown.complete"})
@@ -329,17 +573,37 @@ class AcpHttpApp:
 async def _events(stream: _Stream) -> AsyncIterator[bytes]:
     try:
         while True:
-            try:
-                async with asyncio.timeout(KEEPALIVE_S):
-                    frame = await stream.frames.get()
-            except TimeoutError:
-                yield b": keepalive\n\n"
-                continue
-            if frame is None:
-                return
-            yield b"data: " + frame + b"\n\n"
+            if not stream.frames:
+                if stream.ended:
+                    return
+                try:
+                    async with asyncio.timeout(KEEPALIVE_S):
+                        await stream.wait()
+                except TimeoutError:
+                    yield b": keepalive\n\n"
+                    continue
+                # A turn emits its updates in bursts: let the rest of this one arrive,
+                # so one write (one syscall, one h11 event) carries them all.
+                await asyncio.sleep(0)
+            frames = stream.take(SSE_BATCH_BYTES)
+            if frames:
+                yield b"".join([b"data: " + frame + b"\n\n" for frame in frames])
     finally:
         stream.reader = False  # a reconnecting reader gets what is still queued
+        stream.owner.touch()
+
+
+async def _pump_socket(stream: _Stream, websocket: WebSocket) -> None:
+    """Send a WebSocket's frames in order until its connection ends."""
+    with contextlib.suppress(Exception):  # the socket is gone: the connection ends
+        while True:
+            if not stream.frames:
+                if stream.ended:
+                    return
+                await stream.wait()
+                continue
+            for frame in stream.take(SSE_BATCH_BYTES):
+                await websocket.send_text(frame.decode())
 
 
 async def _body(request: Request, limit: int) -> bytes | None:
