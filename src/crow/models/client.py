@@ -25,6 +25,9 @@ __all__ = ["ModelClient"]
 
 #: Seconds to open a connection to a model server.
 CONNECT_TIMEOUT_S = 10.0
+#: Connections to one model server at once, and how many of them stay open idle.
+MAX_CONNECTIONS = 1000
+MAX_IDLE_CONNECTIONS = 16
 
 
 class ModelClient:
@@ -54,6 +57,7 @@ class ModelClient:
                 api_key=key,
                 max_retries=0,
                 timeout=openai.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout)),
+                http_client=openai.DefaultAsyncHttpxClient(limits=_pool_limits()),
             )
         return client
 
@@ -112,6 +116,17 @@ class ModelClient:
                 f"{spec.name}: the reply ended without a finish reason", model=spec.name
             )
         yield Finished(finish_reason=finish_reason, model=spec.name, usage=usage)
+
+
+def _pool_limits() -> Any:
+    """Few idle keep-alive connections: the pool probes every idle one each time
+    a request starts or ends, which at 100 concurrent turns cost more than the
+    loopback connects it saves (bench/http_bench.py)."""
+    import httpx2
+
+    return httpx2.Limits(
+        max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_IDLE_CONNECTIONS
+    )
 
 
 async def _post_stream(client: Any, request: dict[str, Any]) -> Any:
