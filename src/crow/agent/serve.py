@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
+import functools
 import logging
-from importlib.metadata import version
 
 from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.config import Config
+from crow.imports import import_off_loop
 from crow.store.db import Store
 
 from .service import CrowAgent
@@ -27,7 +27,11 @@ __all__ = ["serve_connection", "serve_stdio"]
 log = logging.getLogger("crow.agent")
 
 
+@functools.cache
 def agent_info() -> schema.Implementation:
+    """Crow's ``info``, read once per process (a metadata lookup scans ``sys.path``)."""
+    from importlib.metadata import version
+
     return schema.Implementation(name="crow", title="Crow", version=version("crow-cli"))
 
 
@@ -67,7 +71,7 @@ async def serve_connection(
 
     async def v1(routed: Transport) -> None:
         # Imported in a thread: other connections keep being served meanwhile.
-        module = await asyncio.to_thread(importlib.import_module, "crow.agent.v1")
+        module = await import_off_loop("crow.agent.v1")
         await module.serve_v1(agent, routed, ready=ready)
 
     router = ProtocolRouter(v1=v1, v2=v2 if agent.config.acp.v2 else None)
@@ -85,4 +89,4 @@ async def _warm_up(ready: asyncio.Event) -> None:
     await ready.wait()
     for module in ("openai", "mcp", "mcp.server.mcpserver"):
         with contextlib.suppress(ImportError):
-            await asyncio.to_thread(importlib.import_module, module)
+            await import_off_loop(module)

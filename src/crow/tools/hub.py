@@ -24,7 +24,6 @@ package is imported in a worker thread on first use: it costs ~0.6 s.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import os
 import re
@@ -37,6 +36,7 @@ from typing import Any
 
 from crow import children
 from crow.config import McpServerSpec
+from crow.imports import import_off_loop
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
 
@@ -116,7 +116,7 @@ class ToolHub:
         builtin_timeout_s: float,
     ) -> None:
         """Start every server and wait until each has listed its tools or failed."""
-        await asyncio.to_thread(importlib.import_module, "mcp")
+        await import_off_loop("mcp")
         from mcp.client.stdio import StdioServerParameters
 
         for name, factory in builtins.items():
