@@ -139,6 +139,9 @@ class ToolSettings:
 class ServerSettings:
     token: str | None = None  # the bearer token of crow serve --http
     allowed_origins: tuple[str, ...] = ()  # web origins allowed to connect
+    idle_timeout_s: float = 60.0  # an HTTP connection with no request and no stream expires
+    max_buffered_mib: float = 16.0  # a client this far behind that reads nothing is dropped
+    max_output_stall_s: float = 5.0  # ... after this long
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,8 +212,23 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
     origins = table.get("allowed_origins", [])
     if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
         raise ConfigError(source, "server.allowed_origins", "a list of origins", origins)
+    defaults = ServerSettings()
     return ServerSettings(
-        token=_opt_str(source, "server.token", table.get("token")), allowed_origins=tuple(origins)
+        token=_opt_str(source, "server.token", table.get("token")),
+        allowed_origins=tuple(origins),
+        idle_timeout_s=_positive_float(
+            source, "server.idle_timeout_s", table.get("idle_timeout_s", defaults.idle_timeout_s)
+        ),
+        max_buffered_mib=_positive_float(
+            source,
+            "server.max_buffered_mib",
+            table.get("max_buffered_mib", defaults.max_buffered_mib),
+        ),
+        max_output_stall_s=_positive_float(
+            source,
+            "server.max_output_stall_s",
+            table.get("max_output_stall_s", defaults.max_output_stall_s),
+        ),
     )
 
 

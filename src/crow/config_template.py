@@ -69,6 +69,9 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 [server]              # crow serve --http
 # token = "..."       # required to bind anything but loopback; sent as a bearer token
 # allowed_origins = ["https://my-editor.example"]   # web pages allowed to connect
+# idle_timeout_s = 60      # an HTTP connection with no request and no open stream expires
+# max_buffered_mib = 16    # a client this far behind that reads nothing for
+# max_output_stall_s = 5   #   this long is dropped (it resumes with its cursor)
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import secrets
 from collections import OrderedDict, deque
@@ -100,7 +101,7 @@ class HttpLimits:
     #: How long a reader past ``max_buffered_bytes`` may take nothing before it is dropped.
     max_output_stall_s: float = 5.0
     #: An HTTP connection with no request and no open stream for this long expires.
-    idle_timeout_s: float = 300.0
+    idle_timeout_s: float = 60.0
 
 
 class _Stream:
@@ -393,11 +394,17 @@ class AcpHttpApp:
     def _expire_idle(self) -> None:
         now = asyncio.get_running_loop().time()
         limit = self.limits.idle_timeout_s
+        expired = 0
         for transport in list(self.connections.values()):
             if transport.idle_for(now) > limit:
                 log.info("connection %s expired after %.0f s idle", transport.id, limit)
-                transport.close()
+                transport.close(discard=True)  # nobody will read what it buffered
                 self._forget(transport, f"expired after {limit:g} s without a request or stream")
+                expired += 1
+        if expired:
+            # A connection's transport, peer and tasks form reference cycles: free
+            # them now, not at some later full collection (the soak test watches RSS).
+            gc.collect()
 
     # ---- POST ---------------------------------------------------------------------
     async def _post(self, request: Request) -> Response:
