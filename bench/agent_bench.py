@@ -8,7 +8,11 @@
   (the openai SDK calling the scripted server directly).  Overhead = crow minus bare.
 - Replay: ``session/resume`` with ``replayFrom: start`` of a session holding N
   updates (a real turn's updates, repeated), request sent → response received.
-- Start-up: spawn → ``initialize`` answered (median of 10).
+- Start-up: spawn → ``initialize`` answered, ``crow serve`` next to the TS SDK's
+  echo agent (``node tests/interop/ts/echo_agent.mjs --plain``), runs interleaved,
+  median and best of 15.  Crow's modules are byte-compiled once into a temporary
+  ``PYTHONPYCACHEPREFIX`` first, as an installed copy would be: under
+  ``PYTHONDONTWRITEBYTECODE=1`` every spawn would compile them again (~0.1 s).
 - Memory: RSS growth of ``crow serve`` per idle session (60: one connection's worth).
 
 Every run uses a fresh temporary CROW_HOME.
@@ -35,14 +39,17 @@ from serve_support import write_config  # noqa: E402
 
 CROW = [sys.executable, "-m", "crow", "serve"]
 ECHO = [sys.executable, str(ROOT / "examples" / "echo_agent.py")]
+TS_ECHO = ["node", str(ROOT / "tests" / "interop" / "ts" / "echo_agent.mjs"), "--plain"]
 
 
-async def start(argv: list[str], home: str) -> tuple[asyncio.subprocess.Process, RawClient]:
+async def start(
+    argv: list[str], home: str, env: dict[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, RawClient]:
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "CROW_HOME": home},
+        env=env or {**os.environ, "CROW_HOME": home},
         limit=1 << 26,
     )
     return proc, RawClient(proc)
@@ -157,15 +164,23 @@ async def cancel_latency(home: str, model: ScriptedModel, rounds: int = 10) -> l
     return timings
 
 
-async def startup(home: str) -> float:
-    timings = []
-    for _ in range(10):
-        started = time.perf_counter()
-        proc, client = await start(CROW, home)
-        await client.initialize()
-        timings.append(time.perf_counter() - started)
-        await stop(proc, client)
-    return statistics.median(timings)
+async def startup(home: str, runs: int = 15) -> dict[str, list[float]]:
+    """Seconds from spawn to initialize answered, Crow and the TS echo agent interleaved
+    (a shared machine's load then weighs on both alike)."""
+    with tempfile.TemporaryDirectory() as pycache:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(CROW_HOME=home, PYTHONPYCACHEPREFIX=pycache)
+        agents = {"crow serve": CROW, "TS SDK echo agent": TS_ECHO}
+        timings: dict[str, list[float]] = {name: [] for name in agents}
+        for i in range(runs + 1):
+            for name, argv in agents.items():
+                started = time.perf_counter()
+                proc, client = await start(argv, home, env)
+                await client.initialize()
+                if i:  # the first round compiles Crow's bytecode and warms the disk cache
+                    timings[name].append(time.perf_counter() - started)
+                await stop(proc, client)
+    return timings
 
 
 def rss_kib(pid: int) -> int:
@@ -233,9 +248,12 @@ async def main() -> None:
             )
         with tempfile.TemporaryDirectory() as home:
             write_config(Path(home), model.base_url)
-            print(
-                f"spawn -> initialize answered: {await startup(home) * 1000:.0f} ms (median of 10)"
-            )
+            for name, values in (await startup(home)).items():
+                print(
+                    f"spawn -> initialize answered, {name:17}: median "
+                    f"{statistics.median(values) * 1000:4.0f} ms, best {min(values) * 1000:4.0f} ms"
+                    f" ({len(values)} runs)"
+                )
             per, total = await memory_per_session(home, args.sessions)
             print(
                 f"memory per idle session: {per:.1f} KiB ({args.sessions} sessions, "

@@ -21,7 +21,6 @@ turn's lease, so a process that inherits it closes the turn as interrupted.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -259,19 +258,20 @@ class Turn:
 
     async def call_model(self) -> Reply:
         spec = self.agent.config.models[self.session.model]
-        if _estimate_tokens(await self.messages()) > COMPACT_AT * spec.context_window:
+        messages = await self.messages()
+        if _estimate_tokens(messages) > COMPACT_AT * spec.context_window:
             await compaction.compact(self, reason="the conversation nears the context window")
+            messages = await self.messages()
         try:
-            return await self.stream_reply()
+            return await self.stream_reply(messages)
         except ContextLengthExceeded:
             await compaction.compact(self, reason="the model said the request is too long")
-            return await self.stream_reply()  # once: a second refusal is an error
+            return await self.stream_reply(await self.messages())  # once: then an error
 
-    async def stream_reply(self) -> Reply:
+    async def stream_reply(self, messages: list[dict[str, Any]]) -> Reply:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
         thought_id = new_id("msg")
-        messages = await self.messages()
         stream = self.agent.router.stream(session.model, messages, tools=self.tools)
         async for event in stream:
             if isinstance(event, TextDelta):
@@ -435,4 +435,4 @@ def _accumulate(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
 
 
 def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    return len(json.dumps(messages)) // 4
+    return len(orjson.dumps(messages)) // 4
