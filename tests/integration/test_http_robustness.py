@@ -10,10 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import re
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -23,6 +20,7 @@ import httpx2
 import pytest
 from fakemodel import Text
 from serve_support import write_config
+from test_serve_http import HttpServer
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -45,39 +43,12 @@ asyncio.run(serve_http(load_config(), "127.0.0.1", 0, HttpSecurity(), limits=Htt
 """
 
 
-class LimitedServer:
+class LimitedServer(HttpServer):
     def __init__(self, **limits: float) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", LAUNCH, *(f"{k}={v}" for k, v in limits.items())],
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=dict(os.environ),
-        )
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            found = re.search(r"serving ACP at (http://\S+)", line)
-            if found:
-                self.url = found.group(1)
-                break
-        else:
-            raise RuntimeError("the HTTP server did not start")
+        settings = [f"{k}={v}" for k, v in limits.items()]
+        super().__init__(command=[sys.executable, "-c", LAUNCH, *settings])
         host_port = self.url.split("//")[1].split("/")[0]
         self.host, self.port = host_port.rsplit(":", 1)[0], int(host_port.rsplit(":", 1)[1])
-
-    @property
-    def ws_url(self) -> str:
-        return self.url.replace("http://", "ws://")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-            assert self.process.stderr is not None
-            self.process.stderr.close()
 
 
 @pytest.fixture

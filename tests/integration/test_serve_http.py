@@ -24,9 +24,13 @@ CLIENT_INFO = schema.Implementation(name="http-test", version="0")
 
 
 class HttpServer:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    """``crow serve --http`` on a free port (or ``command``, any server printing its URL)."""
+
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, command: list[str] | None = None
+    ) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0", *args],
+            command or [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0", *args],
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
