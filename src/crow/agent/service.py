@@ -125,7 +125,7 @@ class CrowAgent:
             task.cancel()
         await asyncio.gather(*(s.close_tools() for s in self.live.values()))
         await self.router.aclose()
-        await self.store.submit(lambda: None)  # the queued writes are done
+        await self.store.drain()  # the queued writes are done
 
     # ---- sessions -----------------------------------------------------------------
     async def new_session(

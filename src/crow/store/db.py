@@ -134,6 +134,10 @@ class Store:
     def close(self) -> None:
         self.db.close()
 
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file (without waiting for readers)."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
     # ---- sessions ---------------------------------------------------------------
     def create_session(
         self,
