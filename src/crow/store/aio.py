@@ -59,13 +59,20 @@ class AsyncStore:
         self._appends: list[tuple[PendingUpdate, asyncio.Future[int]]] = []
         self._appends_lock = threading.Lock()  # the loop adds, the store thread takes
         self._queued = 0  # appends handed to the thread and not yet resolved
+        self._pending = 0  # calls submitted to the thread and not yet done
         self._fast: Store | None = _fast_connection(store)
         self._fast_appends = 0
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
         call = functools.partial(_translated, fn, *args, **kwargs)
-        return asyncio.get_running_loop().run_in_executor(self._thread, call)
+        future = asyncio.get_running_loop().run_in_executor(self._thread, call)
+        self._pending += 1
+        future.add_done_callback(self._finished)
+        return future
+
+    def _finished(self, _: asyncio.Future[Any]) -> None:
+        self._pending -= 1
 
     async def drain(self) -> None:
         """Wait for the queued calls, and stop appending on the loop."""
@@ -85,7 +92,8 @@ class AsyncStore:
         rarely do), else on the thread.  On the loop, because the thread would
         fight the loop for the GIL row by row: a 10,000-update replay took
         0.1-0.5 s there and 25 ms here."""
-        if self._fast is not None and self._queued == 0:
+        if self._fast is not None and self._queued == 0 and self._pending == 0:
+            # Nothing is queued on the thread: the read sees every write made before it.
             try:
                 return getattr(self._fast, method)(*args, **kwargs)
             except sqlite3.OperationalError as exc:
@@ -140,7 +148,7 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         update: PendingUpdate = (session_id, body, state, stop_reason, now)
-        if self._queued == 0 and self._append_here(update, future):
+        if self._queued == 0 and self._pending == 0 and self._append_here(update, future):
             return future
         self._queued += 1
         with self._appends_lock:
