@@ -254,7 +254,8 @@ def _sweep(needle: bytes) -> int:
 # -- the reaper's side ---------------------------------------------------------------------
 
 
-def _group_exists(pgid: int) -> bool:
+def group_exists(pgid: int) -> bool:
+    """Whether group ``pgid`` has a member, zombies included (the kernel's answer)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -266,7 +267,7 @@ def _group_exists(pgid: int) -> bool:
 
 def live_groups(groups: set[int]) -> set[int]:
     """The groups that still have a member (a zombie counts until it is reaped)."""
-    return {pgid for pgid in groups if _group_exists(pgid)}
+    return {pgid for pgid in groups if group_exists(pgid)}
 
 
 def _apply(line: bytes, groups: set[int]) -> None:
