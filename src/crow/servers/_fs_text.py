@@ -1,9 +1,9 @@
 """Text files for the fs server: the model-fixable error, binary sniffing, lines.
 
-Owns `FsError` (re-exported by ``fs``), the checks that a path is an existing file or
-directory, reading a whole file as UTF-8 text (refusing binary files, as git and grep
-decide: a NUL byte in the head), splitting text into lines that keep their endings, and
-cutting over-long lines.  It does not touch the roots: callers pass resolved paths.
+Owns `FsError` (re-exported by ``fs``), decoding a whole file as UTF-8 text (refusing
+binary files, as git and grep decide: a NUL byte in the head), splitting text into lines
+that keep their endings, and cutting over-long lines.  It opens nothing: files are opened
+inside the roots by ``_fs_safe``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ def is_binary(head: bytes) -> bool:
     return b"\0" in head[:SNIFF_BYTES]
 
 
-def read_text(path: Path) -> str:
-    """The whole file as text, or `FsError` if it is missing, a directory or not UTF-8."""
-    require_file(path)
-    data = path.read_bytes()
+def decode_text(path: Path, data: bytes) -> str:
+    """A whole file's bytes as text, or `FsError` if it is binary or not UTF-8."""
     if is_binary(data):
         raise FsError(f"{path} is a binary file; only UTF-8 text files can be read or edited.")
     try:
@@ -34,20 +32,6 @@ def read_text(path: Path) -> str:
         raise FsError(
             f"{path} is not valid UTF-8 (binary?); only UTF-8 text files can be read or edited."
         ) from None
-
-
-def require_file(path: Path) -> None:
-    if path.is_dir():
-        raise FsError(f"{path} is a directory; use list to see what it contains.")
-    if not path.exists():
-        raise FsError(f"File not found: {path}.")
-
-
-def require_dir(path: Path) -> None:
-    if not path.exists():
-        raise FsError(f"Directory not found: {path}.")
-    if not path.is_dir():
-        raise FsError(f"{path} is not a directory.")
 
 
 def split_lines(text: str) -> list[str]:

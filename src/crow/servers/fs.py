@@ -1,9 +1,12 @@
 """The built-in filesystem MCP server: read, write, edit, list, glob, grep inside the roots.
 
-Every path goes through `Roots.resolve` (symlinks followed, then checked), so ``..``,
-absolute paths elsewhere and symlinks pointing out are refused alike.  Failures the
-model can fix (outside the roots, not found, binary, an ambiguous edit, a bad regex)
-come back as tool results with ``isError`` and one sentence; they never reach the
+Every path is looked up and opened through ``_fs_safe``: component by component from a
+root's directory fd, never following a link the kernel's way, so ``..``, absolute paths
+elsewhere and symlinks pointing out are refused alike, even when the tree changes during
+the call (issue #11).  Symlinks that stay inside the roots are followed.  Only regular files
+are read or written: a FIFO, socket or device is refused at once, never opened blocking.
+Failures the model can fix (outside the roots, not found, binary, an ambiguous edit, a bad
+regex) come back as tool results with ``isError`` and one sentence; they never reach the
 server's crash path.
 
 Results carry ``_meta`` for the agent (``crow.tools.surface``):
@@ -15,8 +18,9 @@ Results carry ``_meta`` for the agent (``crow.tools.surface``):
   (ACP-V2.md §8.2).
 
 This module owns the tools (`FsTools`, their checks and result text) and the MCP server.
-Text-file reading and `FsError` live in ``_fs_text``, edit matching in ``_fs_edit``, the git
-patch and diff ``_meta`` in ``_fs_patch``, and tree walking for list/glob/grep in ``_fs_walk``.
+Opening inside the roots lives in ``_fs_safe``, text decoding and `FsError` in ``_fs_text``,
+edit matching in ``_fs_edit``, the git patch and diff ``_meta`` in ``_fs_patch``, and tree
+walking for list/glob/grep in ``_fs_walk``.
 
 Run alone: ``python -m crow.servers.fs --root DIR [--root DIR ...]`` (stdio).
 """
@@ -24,12 +28,15 @@ Run alone: ``python -m crow.servers.fs --root DIR [--root DIR ...]`` (stdio).
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import stat
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, BinaryIO
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -39,11 +46,12 @@ from ._fs_edit import replace_text
 from ._fs_patch import Meta as Meta
 from ._fs_patch import diff_meta, first_changed_line
 from ._fs_patch import git_patch as git_patch
+from ._fs_safe import open_dir, open_file, stat_in
 from ._fs_text import SNIFF_BYTES as SNIFF_BYTES
-from ._fs_text import FsError, count_lines, cut, is_binary, read_text, require_dir, require_file
+from ._fs_text import FsError, count_lines, cut, decode_text, is_binary
 from ._fs_walk import GREP_MAX_FILE_BYTES as GREP_MAX_FILE_BYTES
 from ._fs_walk import SKIP_DIRS as SKIP_DIRS
-from ._fs_walk import inside, list_entries, text_lines, tree_files
+from ._fs_walk import glob_files, list_entries, text_lines, tree_texts
 from ._stdio import run_stdio
 from .roots import OutsideRoots, Roots
 
@@ -79,6 +87,13 @@ def _guard(op: Callable[[], CallToolResult]) -> CallToolResult:
         return _result(f"Invalid request: {exc}.", error=True)
 
 
+def _overwrite(fh: BinaryIO, data: bytes) -> None:
+    """Replace the open file's content in place (its inode, mode and links are kept)."""
+    fh.seek(0)
+    fh.write(data)
+    fh.truncate()
+
+
 # --- the tools ----------------------------------------------------------------------------
 
 
@@ -94,14 +109,14 @@ class FsTools:
             raise FsError("offset is the 1-based first line to read; it must be at least 1.")
         if limit is not None and limit < 1:
             raise FsError("limit must be at least 1 (or omitted for the whole file).")
-        file = self.roots.resolve(path)
-        require_file(file)
+        opened = open_file(self.roots, path, "read")
+        file = opened.path
         max_lines = limit if limit is not None else READ_MAX_LINES
         out: list[str] = []
         size = 0
         seen = 0  # lines read so far
         more = False
-        with file.open("rb") as fh:
+        with opened.file as fh:
             if is_binary(fh.read(SNIFF_BYTES)):
                 raise FsError(f"{file} is a binary file; read only shows UTF-8 text.")
             fh.seek(0)
@@ -139,15 +154,13 @@ class FsTools:
         return _result("".join(out).rstrip("\n"), meta)
 
     def write(self, path: str, content: str) -> CallToolResult:
-        file = self.roots.resolve(path)
-        if file.is_dir():
-            raise FsError(f"{file} is a directory; write needs a file path.")
+        data = content.encode("utf-8")  # before the file is made: a bad string makes nothing
         with self._write_lock:
-            old: str | None = None
-            if file.exists():
-                old = file.read_bytes().decode("utf-8", errors="replace")
-            file.parent.mkdir(parents=True, exist_ok=True)
-            file.write_bytes(content.encode("utf-8"))
+            opened = open_file(self.roots, path, "write")
+            file = opened.path
+            with opened.file as fh:
+                old = None if opened.created else fh.read().decode("utf-8", errors="replace")
+                _overwrite(fh, data)
         lines = count_lines(content)
         verb = "Created" if old is None else "Overwrote"
         plural = "" if lines == 1 else "s"
@@ -162,20 +175,24 @@ class FsTools:
             raise FsError("old_text is empty; use write to create or replace a whole file.")
         if old_text == new_text:
             raise FsError("old_text and new_text are identical; there is nothing to change.")
-        file = self.roots.resolve(path)
         with self._write_lock:
-            content = read_text(file)
-            new, note = replace_text(file, content, old_text, new_text, replace_all)
-            file.write_bytes(new.encode("utf-8"))
+            opened = open_file(self.roots, path, "edit")
+            file = opened.path
+            with opened.file as fh:  # read and written through one fd: no swap in between
+                content = decode_text(file, fh.read())
+                new, note = replace_text(file, content, old_text, new_text, replace_all)
+                _overwrite(fh, new.encode("utf-8"))
         line = first_changed_line(content, new)
         return _result(f"Edited {file}: {note}", diff_meta(file, content, new, line))
 
     def list(self, path: str = ".", depth: int = 1) -> CallToolResult:
         if depth < 1:
             raise FsError("depth must be at least 1 (1 lists the directory's own entries).")
-        base = self.roots.resolve(path)
-        require_dir(base)
-        entries, full = list_entries(base, depth, LIST_MAX_ENTRIES)
+        base, fd = open_dir(self.roots, path)
+        try:
+            entries, full = list_entries(self.roots, base, fd, depth, LIST_MAX_ENTRIES)
+        finally:
+            os.close(fd)
         meta: Meta = {"crow/locations": [{"path": str(base)}]}
         if not entries:
             return _result(f"{base}/ is empty.", meta)
@@ -191,19 +208,11 @@ class FsTools:
             raise FsError(
                 "pattern must be relative to path and stay below it (no leading / and no '..')."
             )
-        base = self.roots.resolve(path)
-        require_dir(base)
-        found: list[tuple[float, str]] = []
-        for match in base.glob(pattern):
-            rel = match.relative_to(base)
-            if SKIP_DIRS.intersection(rel.parts) or not inside(self.roots, match):
-                continue
-            try:
-                if not match.is_file():
-                    continue
-                found.append((match.stat().st_mtime, rel.as_posix()))
-            except OSError:
-                continue
+        base, fd = open_dir(self.roots, path)
+        try:
+            found = glob_files(self.roots, base, fd, pattern)
+        finally:
+            os.close(fd)
         meta: Meta = {"crow/locations": [{"path": str(base)}]}
         if not found:
             return _result(f"No files match {pattern!r} under {base}.", meta)
@@ -230,20 +239,22 @@ class FsTools:
             regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise FsError(f"Invalid regular expression {pattern!r}: {exc}.") from None
-        base = self.roots.resolve(path)
-        if not base.exists():
+        base, st = stat_in(self.roots, path)
+        if st is None:
             raise FsError(f"Path not found: {base}.")
         out: list[str] = []
         capped = False
-        for file, rel in tree_files(self.roots, base, glob):
-            for n, line in text_lines(file):
-                if regex.search(line):
-                    if len(out) >= max_results:
-                        capped = True
-                        break
-                    out.append(f"{rel}:{n}:{cut(line, GREP_LINE_CHARS)}")
-            if capped:
-                break
+        texts = tree_texts(self.roots, path, base, stat.S_ISDIR(st.st_mode), glob)
+        with closing(texts):  # a capped search closes the walk's directory fds at once
+            for rel, text in texts:
+                for n, line in text_lines(text):
+                    if regex.search(line):
+                        if len(out) >= max_results:
+                            capped = True
+                            break
+                        out.append(f"{rel}:{n}:{cut(line, GREP_LINE_CHARS)}")
+                if capped:
+                    break
         meta: Meta = {"crow/locations": [{"path": str(base)}]}
         if not out:
             return _result(f"No matches for {pattern!r} under {base}.", meta)
