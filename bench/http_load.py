@@ -40,15 +40,18 @@ INIT = rpc(1, "initialize", {"protocolVersion": 2, "info": {"name": "load", "ver
 class Http:
     """One keep-alive HTTP/1.1 connection: requests one at a time, or one SSE stream."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader, self.writer = reader, writer
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str
+    ) -> None:
+        self.reader, self.writer, self.authority = reader, writer, authority
 
     @classmethod
     async def open(cls, host: str, port: int) -> Http:
-        return cls(*await asyncio.open_connection(host, port))
+        # The Host header names the server as the URL did: crow serve checks it.
+        return cls(*await asyncio.open_connection(host, port), f"{host}:{port}")
 
     def send(self, method: str, path: str, headers: dict[str, str], body: bytes = b"") -> None:
-        lines = [f"{method} {path} HTTP/1.1", "Host: bench"]
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.authority}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]
         if body or method == "POST":
             lines.append(f"Content-Length: {len(body)}")
@@ -108,6 +111,8 @@ class HttpClient:
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
         self.host, self.port, self.path = parts.hostname or "", parts.port or 80, parts.path
+        if parts.query:  # crow serve's printed URL carries ?token=
+            self.path += f"?{parts.query}"
         self.updates = 0
 
     async def start(self) -> None:

@@ -1,6 +1,7 @@
 """The ``crow`` command: wires the layers together, nothing else.
 
 crow serve [--model NAME] [--base-url URL]   ACP v2 agent on stdio
+crow serve --http HOST:PORT [--no-token]     ... over HTTP + WebSocket, with a token
 crow init [--force]                          write a commented config.toml
 
 Start-up matters (an editor spawns ``crow serve`` and waits for ``initialize``;
@@ -57,12 +58,21 @@ def main(argv: list[str] | None = None) -> int:
         "--http",
         metavar="HOST:PORT",
         help="serve streamable HTTP + WebSocket at /acp instead of stdio "
-        "(port 0 picks a free port)",
+        "(port 0 picks a free port).  Every request needs a token: [server] token, "
+        "else one generated now; the URL with ?token= is printed on stderr, and "
+        "crow run/chat/sessions --url find it in $CROW_HOME/run/",
     )
-    serve.add_argument(
+    tokens = serve.add_mutually_exclusive_group()
+    tokens.add_argument(
         "--new-token",
         action="store_true",
-        help="generate a bearer token for this server and print it once",
+        help="--http: generate a fresh token even if config.toml sets [server] token",
+    )
+    tokens.add_argument(
+        "--no-token",
+        action="store_true",
+        help="--http on loopback only: ask for no token (any local user or process can "
+        "then run commands as you)",
     )
 
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
@@ -118,6 +128,9 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    from .redact import register_config_secrets
+
+    register_config_secrets(config)  # their values are masked in every log line
     if args.http:
         return _serve_http(config, args)
     from .agent.memory_debug import run_with_debug_hooks
@@ -150,7 +163,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         security = security_for(
-            host, config.server.token, args.new_token, config.server.allowed_origins
+            host, config.server, new_token=args.new_token, no_token=args.no_token
         )
     except ServeError as exc:
         print(f"crow: {exc}", file=sys.stderr)
@@ -187,20 +200,28 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _setup_logging(logs: Path, level: str) -> None:
-    """Logs go to stderr and to the home's logs/ folder; stdout is the wire."""
+    """Logs go to stderr and to the home's logs/ folder; stdout is the wire.
+
+    Both handlers mask credentials (``crow.redact``); the folders are 0700 and
+    crow.log 0600 (``crow.private``), whatever the umask."""
+    from .private import private_dir, private_file
+    from .redact import RedactingFilter
+
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setLevel(level.upper())
     stderr.setFormatter(logging.Formatter("crow: %(levelname)s %(name)s: %(message)s"))
+    stderr.addFilter(RedactingFilter())
     root.addHandler(stderr)
     try:
-        logs.mkdir(parents=True, exist_ok=True)
-        file = logging.FileHandler(logs / "crow.log")
+        private_dir(logs.parent)  # the home
+        file = logging.FileHandler(private_file(private_dir(logs) / "crow.log"))
     except OSError as exc:
         print(f"crow: cannot write logs to {logs}: {exc}", file=sys.stderr)
         return
     file.setFormatter(
         logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     )
+    file.addFilter(RedactingFilter())
     root.addHandler(file)

@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .private import tighten_file
+
 __all__ = [
     "CAPABILITIES",
     "AcpSettings",
     "Config",
     "ConfigError",
+    "Limits",
     "McpServerSpec",
     "ModelSpec",
     "Paths",
@@ -69,6 +72,10 @@ class Paths:
     def logs(self) -> Path:
         return self.home / "logs"
 
+    @property
+    def run(self) -> Path:
+        return self.home / "run"  # runtime files of running servers (crow.runtime_file)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProviderSpec:
@@ -106,6 +113,7 @@ class McpServerSpec:
     url: str | None = None  # streamable HTTP
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 120.0  # one tool call
+    trusted: bool = False  # its tools' annotations (read-only, crow/kind) set their permission
 
 
 PERMISSION_DECISIONS = ("allow", "ask", "deny")
@@ -130,18 +138,32 @@ class ToolSettings:
     servers: tuple[McpServerSpec, ...] = ()  # from [mcp.servers.*]
     timeout_s: float = 120.0  # one built-in tool call
     search_url: str | None = None  # a SearXNG-compatible JSON endpoint
+    fetch_allow_hosts: tuple[str, ...] = ()  # non-public hosts fetch may reach (web.allow_hosts)
     permissions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PERMISSIONS))
     remembered: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny, saved
     yolo: bool = False  # run everything without asking
+    ask_client_servers: bool = False  # ask (kind execute) before a client-named stdio server starts
 
 
 @dataclass(frozen=True, kw_only=True)
 class ServerSettings:
     token: str | None = None  # the bearer token of crow serve --http
     allowed_origins: tuple[str, ...] = ()  # web origins allowed to connect
+    allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides the bind address
     idle_timeout_s: float = 60.0  # an HTTP connection with no request and no stream expires
     max_buffered_mib: float = 16.0  # a client this far behind that reads nothing is dropped
     max_output_stall_s: float = 5.0  # ... after this long
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """``[limits]``: what one client can make Crow store."""
+
+    max_prompt_mib: float = 8.0  # one prompt's text and data
+
+    @property
+    def max_prompt_bytes(self) -> int:
+        return int(self.max_prompt_mib * 1024 * 1024)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +185,7 @@ class Config:
     tools: ToolSettings = field(default_factory=ToolSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     acp: AcpSettings = field(default_factory=AcpSettings)
+    limits: Limits = field(default_factory=Limits)
 
 
 def load_config(
@@ -173,6 +196,7 @@ def load_config(
     source = str(paths.config_file)
     data: dict[str, Any] = {}
     if paths.config_file.exists():
+        tighten_file(paths.config_file)  # it may hold keys and the server token
         try:
             data = tomllib.loads(paths.config_file.read_text())
         except tomllib.TOMLDecodeError as exc:
@@ -196,6 +220,7 @@ def load_config(
         tools=_tool_settings(source, data, paths),
         server=_server_settings(source, data),
         acp=_acp_settings(source, data),
+        limits=_limits(source, data),
     )
 
 
@@ -207,15 +232,29 @@ def _acp_settings(source: str, data: dict[str, Any]) -> AcpSettings:
     return AcpSettings(v2=v2)
 
 
+def _limits(source: str, data: dict[str, Any]) -> Limits:
+    table = _table(source, "limits", data.get("limits", {}))
+    mib = _positive_float(
+        source, "limits.max_prompt_mib", table.get("max_prompt_mib", Limits.max_prompt_mib)
+    )
+    if mib == 0:
+        raise ConfigError(source, "limits.max_prompt_mib", "a positive number", mib)
+    return Limits(max_prompt_mib=mib)
+
+
 def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
     table = _table(source, "server", data.get("server", {}))
     origins = table.get("allowed_origins", [])
     if not isinstance(origins, list) or not all(isinstance(o, str) for o in origins):
         raise ConfigError(source, "server.allowed_origins", "a list of origins", origins)
+    hosts = table.get("allowed_hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h for h in hosts):
+        raise ConfigError(source, "server.allowed_hosts", "a list of host names", hosts)
     defaults = ServerSettings()
     return ServerSettings(
         token=_opt_str(source, "server.token", table.get("token")),
         allowed_origins=tuple(origins),
+        allowed_hosts=tuple(h.lower() for h in hosts),
         idle_timeout_s=_positive_float(
             source, "server.idle_timeout_s", table.get("idle_timeout_s", defaults.idle_timeout_s)
         ),
@@ -292,6 +331,12 @@ def _str(source: str, key: str, value: Any) -> str:
 
 def _opt_str(source: str, key: str, value: Any) -> str | None:
     return None if value is None else _str(source, key, value)
+
+
+def _bool(source: str, key: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise ConfigError(source, key, "true or false", value)
+    return value
 
 
 def _positive_int(source: str, key: str, value: Any) -> int:
@@ -409,10 +454,30 @@ def _tool_settings(source: str, data: dict[str, Any], paths: Paths) -> ToolSetti
         servers=servers,
         timeout_s=_positive_float(source, "tools.timeout_s", tools.get("timeout_s", 120.0)),
         search_url=_opt_str(source, "web.search_url", search_url),
+        fetch_allow_hosts=_allow_hosts(source, web.get("allow_hosts", [])),
         permissions=permissions,
         remembered=_remembered(paths),
         yolo=yolo,
+        ask_client_servers=_bool(
+            source, "mcp.ask_client_servers", mcp.get("ask_client_servers", False)
+        ),
     )
+
+
+def _allow_hosts(source: str, value: Any) -> tuple[str, ...]:
+    expected = "a list of host names or IPs, each optionally with :port, or CIDR ranges"
+    if not isinstance(value, list):
+        raise ConfigError(source, "web.allow_hosts", expected, value)
+    if value:
+        # the web server's own parser, so an entry it would refuse fails here, at load time
+        from crow.servers._web_guard import parse_allow_host
+
+        for entry in value:
+            try:
+                parse_allow_host(entry if isinstance(entry, str) else "")
+            except ValueError:
+                raise ConfigError(source, "web.allow_hosts", expected, entry) from None
+    return tuple(value)
 
 
 def _mcp_server(source: str, name: str, raw: Any) -> McpServerSpec:
@@ -436,6 +501,7 @@ def _mcp_server(source: str, name: str, raw: Any) -> McpServerSpec:
         url=_opt_str(source, f"{key}.url", url),
         headers=dict(table.get("headers", {})),
         timeout_s=_positive_float(source, f"{key}.timeout_s", table.get("timeout_s", 120.0)),
+        trusted=_bool(source, f"{key}.trusted", table.get("trusted", False)),
     )
 
 
@@ -444,6 +510,7 @@ def _remembered(paths: Paths) -> dict[str, str]:
     file = paths.home / "permissions.toml"
     if not file.exists():
         return {}
+    tighten_file(file)
     source = str(file)
     try:
         data = tomllib.loads(file.read_text())
@@ -457,13 +524,12 @@ def _remembered(paths: Paths) -> dict[str, str]:
 
 
 def save_permission(paths: Paths, tool: str, decision: str) -> Path:
-    """Remember an "always" answer in permissions.toml (rewritten whole)."""
+    """Remember an "always" answer in permissions.toml (rewritten whole, atomically, 0600)."""
+    from .private import private_dir, write_private  # only when an answer is saved
+
     remembered = {**_remembered(paths), tool: decision}
     lines = ['# Permission answers saved by Crow ("always"). Edit or delete freely.', "[tools]"]
     lines += [
         f"{json.dumps(name)} = {json.dumps(value)}" for name, value in sorted(remembered.items())
     ]
-    paths.home.mkdir(parents=True, exist_ok=True)
-    file = paths.home / "permissions.toml"
-    file.write_text("\n".join(lines) + "\n")
-    return file
+    return write_private(private_dir(paths.home) / "permissions.toml", "\n".join(lines) + "\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .config import Paths
+from .private import private_dir, write_private
 
 __all__ = ["DEFAULT_CONFIG", "write_default_config"]
 
@@ -44,6 +45,10 @@ timeout_s = 120                       # one tool call
 
 [web]
 # search_url = "http://localhost:8888/search"   # a SearXNG-compatible JSON endpoint
+# fetch refuses loopback, private, link-local and cloud metadata addresses (checked after
+# DNS and on every redirect).  Open chosen hosts: names or IPs, each optionally with :port,
+# or CIDR ranges.  The search_url above is never refused.
+# allow_hosts = ["localhost:8080", "wiki.internal", "10.1.0.0/16"]
 
 [permissions]
 # What runs without asking, per tool kind: "allow", "ask" or "deny".
@@ -62,13 +67,22 @@ yolo = false          # true: run every tool without asking
 # args = ["stdio"]
 # env = { GITHUB_TOKEN = "..." }
 # timeout_s = 60
+# trusted = false   # true: its tools' own hints (read-only, crow/kind) set their permission;
+#                    otherwise every tool of it asks like "other"
+
+[mcp]
+ask_client_servers = false   # true: ask before starting an MCP server a client names
+
+[limits]
+max_prompt_mib = 8    # the largest prompt a client may send
 
 [acp]
 v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 
 [server]              # crow serve --http
-# token = "..."       # required to bind anything but loopback; sent as a bearer token
+# token = "..."       # the bearer token; without one, each start generates its own
 # allowed_origins = ["https://my-editor.example"]   # web pages allowed to connect
+# allowed_hosts = ["crow.lan"]   # Host names accepted besides the bound address
 # idle_timeout_s = 60      # an HTTP connection with no request and no open stream expires
 # max_buffered_mib = 16    # a client this far behind that reads nothing for
 # max_output_stall_s = 5   #   this long is dropped (it resumes with its cursor)
@@ -81,9 +95,9 @@ timeout_s = 300       # one model request
 
 
 def write_default_config(paths: Paths, *, force: bool = False) -> Path:
-    """Write a commented ``config.toml``; refuses to overwrite unless ``force``."""
+    """Write a commented ``config.toml`` (0600: it may come to hold ``server.token``);
+    refuses to overwrite unless ``force``."""
     if paths.config_file.exists() and not force:
         raise FileExistsError(f"{paths.config_file} exists; pass --force to overwrite it")
-    paths.home.mkdir(parents=True, exist_ok=True)
-    paths.config_file.write_text(DEFAULT_CONFIG)
-    return paths.config_file
+    private_dir(paths.home)
+    return write_private(paths.config_file, DEFAULT_CONFIG)

@@ -18,31 +18,41 @@ from serve_support import write_config
 from test_serve_tools import probe_config
 
 from crow.acp import ClientSide, schema
-from crow.acp.transports.http_client import connect_url
+from crow.acp.transports.http_client import connect_url, split_token
 
 CLIENT_INFO = schema.Implementation(name="http-test", version="0")
 
 
 class HttpServer:
-    """``crow serve --http`` on a free port (or ``command``, any server printing its URL)."""
+    """``crow serve --http`` on a free port (or ``command``, any server printing its URL).
+
+    ``url`` is the URL it prints, with its ``?token=``; ``bare_url`` is without."""
 
     def __init__(
-        self, *args: str, env: dict[str, str] | None = None, command: list[str] | None = None
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+        bind: str = "127.0.0.1:0",
+        **popen: Any,
     ) -> None:
         self.process = subprocess.Popen(
-            command or [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0", *args],
+            command or [sys.executable, "-m", "crow", "serve", "--http", bind, *args],
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
             env={**os.environ, **(env or {})},
+            **popen,
         )
         assert self.process.stderr is not None
+        self.first_lines = ""  # what it printed before the URL
         for line in self.process.stderr:
             found = re.search(r"serving ACP at (http://\S+)", line)
             if found:
                 self.url = found.group(1)
+                self.bare_url, self.token = split_token(self.url)
                 break
-            self.first_lines = getattr(self, "first_lines", "") + line
+            self.first_lines += line
         else:
             raise RuntimeError("crow serve --http did not start")
 
@@ -327,62 +337,7 @@ async def test_a_client_that_disconnects_does_not_stop_the_turn(server, scripted
     await second.aclose()
 
 
-# ---- security ---------------------------------------------------------------------
-def test_a_non_loopback_bind_without_a_token_refuses_to_start(crow_home):
-    result = subprocess.run(
-        [sys.executable, "-m", "crow", "serve", "--http", "0.0.0.0:0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 2
-    assert "token" in result.stderr and result.stderr.startswith("crow: ")
-
-
-@pytest.fixture
-def token_server(crow_home, scripted_model) -> Iterator[HttpServer]:
-    write_config(
-        crow_home,
-        scripted_model.base_url,
-        extra='[tools]\nbuiltin = []\n\n[server]\ntoken = "s3cret"\n',
-    )
-    running = HttpServer()
-    yield running
-    running.stop()
-
-
-def test_requests_without_the_token_get_401_before_any_acp(token_server):
-    assert post(token_server.url, INIT).status_code == 401
-    assert post(token_server.url, INIT, Authorization="Bearer wrong").status_code == 401
-    ok = post(token_server.url, INIT, Authorization="Bearer s3cret")
-    assert ok.status_code == 200
-
-
-async def test_a_websocket_without_the_token_is_refused(token_server):
-    with pytest.raises(ConnectionError):
-        await connect_url(token_server.ws_url)
-    transport = await connect_url(token_server.ws_url, token="s3cret")
-    await transport.aclose()
-
-
-def test_new_token_is_generated_and_printed_once(crow_home, scripted_model):
-    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
-    running = HttpServer("--new-token")
-    try:
-        token = re.search(r"token for this server is (\S+)", running.first_lines).group(1)
-        assert post(running.url, INIT).status_code == 401
-        assert post(running.url, INIT, Authorization=f"Bearer {token}").status_code == 200
-    finally:
-        running.stop()
-
-
-def test_a_foreign_origin_is_refused(server):
-    response = post(server.url, INIT, Origin="https://evil.example")
-    assert response.status_code == 403
-    assert post(server.url, INIT).status_code == 200
-
-
+# ---- limits (authentication and Host, Origin checks: test_http_auth.py) ---------------
 def test_an_oversized_body_is_refused_with_413(server):
     big = {**INIT, "params": {**INIT["params"], "_meta": {"pad": "x" * (65 * 1024 * 1024)}}}
     assert post(server.url, big).status_code == 413

@@ -12,18 +12,22 @@ from serve_support import is_idle, kinds, notes, text_of, updates
 from crow.acp.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND
 
 
-def test_a_new_process_lists_and_resumes_the_sessions_of_an_earlier_one(crow, scripted_model):
+def test_a_new_process_lists_and_resumes_the_sessions_of_an_earlier_one(
+    crow, scripted_model, tmp_path
+):
+    proj = str(tmp_path / "proj")
+    os.mkdir(proj)
     scripted_model.script(Text(text="remembered", chunks=2), Text(text="still here"))
     first = crow()
-    sid = first.new_session("/tmp/proj")
+    sid = first.new_session(proj)
     live = first.run_turn(sid, "remember this")
     assert first.close() == 0
 
     second = crow(write=False)
-    listed, _ = second.request("session/list", {"cwd": "/tmp/proj"})
+    listed, _ = second.request("session/list", {"cwd": proj})
     [info] = listed["result"]["sessions"]
     assert info["sessionId"] == sid and info["title"] == "remember this" and info["updatedAt"]
-    response, replay = second.resume(sid, "/tmp/proj", replayFrom={"type": "start"})
+    response, replay = second.resume(sid, proj, replayFrom={"type": "start"})
     assert "configOptions" in response["result"]
     # Everything that was sent live comes back, in order (the content: the state
     # changes of past turns are not replayed), then the current state, once.
@@ -121,32 +125,38 @@ def test_stdin_closing_mid_turn_ends_the_turn_as_cancelled(crow, scripted_model)
     assert any("stopped before this turn finished" in n for n in notes(replay))
 
 
-def test_list_pages_with_a_cursor_and_filters_by_cwd(crow):
+def test_list_pages_with_a_cursor_and_filters_by_cwd(crow, tmp_path):
+    many = str(tmp_path / "many")
+    os.mkdir(many)
+    other = str(tmp_path / "other")
+    os.mkdir(other)
     agent = crow()
-    ids = {agent.new_session("/tmp/many") for _ in range(55)}
-    agent.new_session("/tmp/other")
-    seen, params = [], {"cwd": "/tmp/many"}
+    ids = {agent.new_session(many) for _ in range(55)}
+    agent.new_session(other)
+    seen, params = [], {"cwd": many}
     while True:
         page, _ = agent.request("session/list", params)
         seen += [s["sessionId"] for s in page["result"]["sessions"]]
         if not page["result"].get("nextCursor"):
             break
-        params = {"cwd": "/tmp/many", "cursor": page["result"]["nextCursor"]}
+        params = {"cwd": many, "cursor": page["result"]["nextCursor"]}
     assert len(seen) == 55 and set(seen) == ids
     bad, _ = agent.request("session/list", {"cursor": "not-a-cursor"})
     assert bad["error"]["code"] == INVALID_PARAMS
 
 
-def test_resume_checks_its_params(crow):
+def test_resume_checks_its_params(crow, tmp_path):
+    a = str(tmp_path / "a")
+    os.mkdir(a)
     agent = crow()
-    sid = agent.new_session("/tmp/a")
+    sid = agent.new_session(a)
     wrong_cwd, _ = agent.resume(sid, "/tmp/b")
     assert wrong_cwd["error"]["code"] == INVALID_PARAMS
-    cursor, replay = agent.resume(sid, "/tmp/a", replayFrom={"type": "_acme"})
+    cursor, replay = agent.resume(sid, a, replayFrom={"type": "_acme"})
     assert cursor["error"]["code"] == INVALID_PARAMS and replay == []
-    unknown, _ = agent.resume("sess_nope", "/tmp/a")
+    unknown, _ = agent.resume("sess_nope", a)
     assert unknown["error"]["code"] == RESOURCE_NOT_FOUND
-    _plain, before = agent.resume(sid, "/tmp/a")
+    _plain, before = agent.resume(sid, a)
     states = [u for u in before if u["sessionUpdate"] != "available_commands_update"]
     assert states == [{"sessionUpdate": "state_update", "state": "idle"}]
 
@@ -173,14 +183,16 @@ def test_close_while_running_sends_cancelled_first(crow, scripted_model):
     assert [u for u in updates(before) if is_idle(u)][-1]["stopReason"] == "cancelled"
 
 
-def test_delete_is_advertised_and_removes_the_session(crow):
+def test_delete_is_advertised_and_removes_the_session(crow, tmp_path):
+    gone = str(tmp_path / "gone")
+    os.mkdir(gone)
     agent = crow()
-    sid = agent.new_session("/tmp/del")
+    sid = agent.new_session(gone)
     assert agent.request("session/delete", {"sessionId": sid})[0]["result"] == {}
     assert agent.request("session/delete", {"sessionId": "nope"})[0]["result"] == {}
-    listed, _ = agent.request("session/list", {"cwd": "/tmp/del"})
+    listed, _ = agent.request("session/list", {"cwd": gone})
     assert listed["result"]["sessions"] == []
-    gone, _ = agent.resume(sid, "/tmp/del")
+    gone, _ = agent.resume(sid, gone)
     assert gone["error"]["code"] == RESOURCE_NOT_FOUND
 
 

@@ -20,12 +20,14 @@ from crow.acp.errors import INVALID_PARAMS
 PROBE = [sys.executable, str(ROOT / "tests" / "mcp_probe.py")]
 
 
-def probe_config(marker=None, *, builtin="[]", extra=""):
+def probe_config(marker=None, *, builtin="[]", extra="", trusted=True):
+    """The probe as a config server, trusted (its tools' crow/kind sets their policy)."""
     args = [PROBE[1]] + (["--marker", str(marker)] if marker else [])
     rendered = ", ".join(f'"{a}"' for a in args)
     return (
         f"[tools]\nbuiltin = {builtin}\n\n[mcp.servers.probe]\n"
-        f'command = "{PROBE[0]}"\nargs = [{rendered}]\ntimeout_s = 20\n\n{extra}'
+        f'command = "{PROBE[0]}"\nargs = [{rendered}]\ntimeout_s = 20\n'
+        f"trusted = {str(trusted).lower()}\n\n{extra}"
     )
 
 
@@ -270,7 +272,12 @@ def test_the_client_can_name_mcp_servers(crow, scripted_model):
     }
     response, _ = agent.request("session/new", {"cwd": "/tmp", "mcpServers": [server]})
     sid = response["result"]["sessionId"]
-    seen = agent.run_turn(sid, "call it")
+    agent.prompt(sid, "call it")
+    # A client-named server is never trusted: its "read" tool asks like "other".
+    asked = until_request(agent, "session/request_permission")[-1]
+    assert "not marked trusted" in asked["params"]["description"]
+    answer(agent, asked, selected("allow_once"))
+    seen = updates(agent.until_update(is_idle))
     assert any(u.get("rawOutput", {}).get("text") == "from the client" for u in tool_updates(seen))
     for bad in (
         [server, server],
@@ -379,3 +386,38 @@ def _alive(pid: int) -> bool:
             return stat.read().split()[2] != "Z"  # a zombie is dead, just not reaped
     except FileNotFoundError:
         return False
+
+
+def test_an_untrusted_servers_read_only_tool_still_asks(crow, scripted_model):
+    scripted_model.script(ToolCalls(calls=[("probe__echo", {"text": "x"})]), Text(text="no"))
+    agent = crow(extra=probe_config(trusted=False))
+    sid = agent.new_session()
+    agent.prompt(sid, "use the tool")
+    seen = until_request(agent, "session/request_permission")
+    shown = tool_updates(
+        [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
+    )
+    assert shown[0]["kind"] == "read"  # shown as it describes itself, decided as "other"
+    answer(agent, seen[-1], selected("reject_once"))
+    done = updates(agent.until_update(is_idle))
+    assert done[-1]["stopReason"] == "end_turn"
+    assert scripted_model.requests[1]["messages"][-1]["content"].startswith("The user rejected")
+
+
+@pytest.mark.parametrize("option", ["allow_once", "reject_once"])
+def test_ask_client_servers_asks_before_starting_one(crow, scripted_model, option):
+    scripted_model.script(Text(text="ok"))
+    agent = crow(extra="[tools]\nbuiltin = []\n\n[mcp]\nask_client_servers = true\n")
+    server = {"type": "stdio", "name": "mine", "command": PROBE[0], "args": [PROBE[1]], "env": []}
+    new = {"cwd": "/tmp", "mcpServers": [server]}
+    agent.send({"jsonrpc": "2.0", "id": "new", "method": "session/new", "params": new})
+    seen = until_request(agent, "session/request_permission")
+    asked = seen[-1]["params"]
+    assert asked["subject"]["type"] == "command" and PROBE[1] in asked["subject"]["command"]
+    assert asked["subject"]["cwd"] == "/tmp"
+    answer(agent, seen[-1], selected(option))
+    response = next((m for m in seen if m.get("id") == "new"), None)
+    sid = (response or agent.until_response("new")[0])["result"]["sessionId"]
+    agent.run_turn(sid, "hello")
+    offered = [t["function"]["name"] for t in scripted_model.requests[0].get("tools", [])]
+    assert ("mine__echo" in offered) == (option == "allow_once")

@@ -99,6 +99,18 @@ def test_a_file_with_a_fallback_chain_and_overrides(paths):
         ("[providers.p]\n", "providers.p.base_url", "a non-empty string"),
         ('[acp]\nv2 = "no"\n', "acp.v2", "true or false"),
         ("acp = 1\n", "acp", "a table"),
+        ('[web]\nallow_hosts = "localhost"\n', "web.allow_hosts", "a list of host names"),
+        ("[web]\nallow_hosts = [8080]\n", "web.allow_hosts", "a list of host names"),
+        ('[web]\nallow_hosts = ["http://x/"]\n', "web.allow_hosts", "a list of host names"),
+        ('[web]\nallow_hosts = ["x:99999"]\n', "web.allow_hosts", "a list of host names"),
+        ('[web]\nallow_hosts = [""]\n', "web.allow_hosts", "a list of host names"),
+        ("[limits]\nmax_prompt_mib = 0\n", "limits.max_prompt_mib", "a positive number"),
+        ('[mcp]\nask_client_servers = "yes"\n', "mcp.ask_client_servers", "true or false"),
+        (
+            '[mcp.servers.s]\ncommand = "/bin/s"\ntrusted = 1\n',
+            "mcp.servers.s.trusted",
+            "true or false",
+        ),
     ],
 )
 def test_config_errors_name_file_key_and_expectation(paths, text, key, expected):
@@ -108,3 +120,32 @@ def test_config_errors_name_file_key_and_expectation(paths, text, key, expected)
         load_config(paths)
     message = str(info.value)
     assert message.startswith(f"{paths.config_file}: {key}: expected {expected}")
+
+
+def test_web_allow_hosts(paths):
+    assert load_config(paths).tools.fetch_allow_hosts == ()
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[web]\nallow_hosts = ["localhost:8080", "wiki.internal", "10.0.0.0/8", "[::1]:80"]\n'
+    )
+    assert load_config(paths).tools.fetch_allow_hosts == (
+        "localhost:8080",
+        "wiki.internal",
+        "10.0.0.0/8",
+        "[::1]:80",
+    )
+
+
+def test_trust_limits_and_client_servers(paths):
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        "[limits]\nmax_prompt_mib = 2\n[mcp]\nask_client_servers = true\n"
+        '[mcp.servers.a]\ncommand = "/bin/a"\ntrusted = true\n'
+        '[mcp.servers.b]\ncommand = "/bin/b"\n'
+    )
+    config = load_config(paths)
+    assert config.limits.max_prompt_bytes == 2 * 1024 * 1024
+    assert config.tools.ask_client_servers is True
+    assert [(s.name, s.trusted) for s in config.tools.servers] == [("a", True), ("b", False)]
+    defaults = load_config(Paths(home=paths.home / "none"))
+    assert defaults.limits.max_prompt_mib == 8 and not defaults.tools.ask_client_servers

@@ -62,10 +62,17 @@ async def _compact(turn: Turn, args: str) -> str:
     return "end_turn"
 
 
+#: The longest title ``/title`` sets (a prompt's first words give at most 80).
+MAX_TITLE_CHARS = 200
+
+
 async def _title(turn: Turn, args: str) -> str:
     title = " ".join(args.split())
     if not title:
         await turn.note("Usage: /title <new title>", "error")
+        return "end_turn"
+    if len(title) > MAX_TITLE_CHARS:  # every session/list carries every title
+        await turn.note(f"A title has at most {MAX_TITLE_CHARS} characters.", "error")
         return "end_turn"
     turn.session.title = title
     await turn.store.update_session(turn.session.id, title=title)

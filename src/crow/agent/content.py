@@ -5,6 +5,9 @@ are accepted only when advertised.  A block that cannot be taken is refused
 with ``-32602`` before anything is inserted, never dropped silently.  What the
 chosen model lacks (an image for a text-only fallback) is stripped later, per
 model, by ``crow.models.adapt``.
+
+A prompt larger than ``[limits] max_prompt_mib`` is refused too: the store keeps
+every prompt several times over (the update log, the transcript, replays).
 """
 
 from __future__ import annotations
@@ -34,10 +37,37 @@ def prompt_capabilities(model_capabilities: frozenset[str]) -> schema.PromptCapa
     return caps
 
 
-def to_user_content(blocks: list[Any], allowed: schema.PromptCapabilities) -> list[dict[str, Any]]:
-    """OpenAI content parts for a prompt.  Raises InvalidParams for a refused block."""
+def to_user_content(
+    blocks: list[Any], allowed: schema.PromptCapabilities, *, max_bytes: int
+) -> list[dict[str, Any]]:
+    """OpenAI content parts for a prompt.  Raises InvalidParams for a refused block
+    or a prompt over ``max_bytes``."""
     if not blocks:
         raise InvalidParams("The prompt is empty: send at least one content block")
+    parts = _parts(blocks, allowed)
+    size = sum(map(_size, parts))
+    if size > max_bytes:
+        raise InvalidParams(
+            f"The prompt is {size / MIB:.1f} MiB; this agent takes at most "
+            f"{max_bytes / MIB:g} MiB (limits.max_prompt_mib in config.toml)",
+            data={"size": size, "limit": max_bytes},
+        )
+    return parts
+
+
+MIB = 1024 * 1024
+
+
+def _size(part: dict[str, Any]) -> int:
+    """About the bytes a part costs (its text, or its base64 data)."""
+    if part["type"] == "text":
+        return len(part["text"])
+    if part["type"] == "image_url":
+        return len(part["image_url"]["url"])
+    return len(part["input_audio"]["data"])
+
+
+def _parts(blocks: list[Any], allowed: schema.PromptCapabilities) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     for index, block in enumerate(blocks):
         kind = getattr(block, "type", None)

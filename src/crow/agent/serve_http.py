@@ -3,38 +3,62 @@
 Many connections share one agent and one store; several clients may watch one
 session.  A client that goes away mid-turn does not stop the turn.
 
-Security: loopback by default.  Binding any other address needs a token (from
-``[server] token`` in config.toml, or ``--new-token``, printed once to stderr),
-presented as ``Authorization: Bearer <token>``; a missing or wrong one gets 401
-before any ACP processing.  A request with an ``Origin`` header (a web page) is
-refused with 403 unless the origin is listed in ``[server] allowed_origins``.
+Security (issue #11): every request needs the server's token, loopback included,
+because any local user or process (or a web page, through DNS rebinding) can
+reach a loopback port.  The token is ``[server] token`` from config.toml, or one
+generated at start (always a fresh one with ``--new-token``).  It is presented as
+``Authorization: Bearer <token>`` (the scheme in any case) or as a ``token`` query
+parameter; a missing or wrong one gets 401 before any ACP processing.  The URL
+with ``?token=`` is printed once on stderr, and ``crow.runtime_file`` tells
+Crow's own clients.  ``--no-token`` turns it off, on loopback only.
+
+Before the token, the ``Host`` header must name the bound address (for a
+loopback bind also ``localhost``, ``127.0.0.1`` or ``[::1]``), with or without
+the port, or a name in ``[server] allowed_hosts``; anything else gets 403.  A
+wildcard bind (``0.0.0.0``, ``::``) cannot know the names it is reached by and
+accepts any ``Host``: there the token is the only guard.  A request with an
+``Origin`` header (a web page) is refused with 403 unless the origin is listed
+in ``[server] allowed_origins``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
-import ipaddress
 import logging
 import secrets
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
 from typing import Any
+from urllib.parse import parse_qs, quote
 
 from starlette.responses import JSONResponse, Response
 from starlette.types import Scope
 
 from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTransport
-from crow.config import Config
+from crow.config import Config, ServerSettings
+from crow.redact import register_secret
+from crow.runtime_file import WILDCARDS, is_loopback, publish
 from crow.store.db import Store
 
 from .serve import serve_connection
 from .service import CrowAgent
 
-__all__ = ["HttpSecurity", "ServeError", "serve_http"]
+__all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
 
 log = logging.getLogger("crow.agent")
+
+#: Bytes of randomness in a generated token (32 URL-safe characters).
+TOKEN_BYTES = 24
+
+NO_TOKEN_WARNING = (
+    "crow: WARNING: --no-token: any local user or process (and any web page that can "
+    "reach this port) can run commands as you through this server"
+)
 
 
 class ServeError(Exception):
@@ -43,18 +67,22 @@ class ServeError(Exception):
 
 @dataclass(frozen=True, kw_only=True)
 class HttpSecurity:
-    token: str | None = None
+    token: str | None = None  # None: no token asked (--no-token)
     allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: frozenset[str] | None = None  # None: any Host (a wildcard bind)
 
     def check(self, scope: Scope) -> Response | None:
+        """403 for a foreign Host or Origin, 401 for a missing or wrong token."""
         # latin-1 decodes any bytes: a header that is not UTF-8 cannot fail here.
         headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
+        host = headers.get("host", "").lower()
+        if self.allowed_hosts is not None and not _host_allowed(host, self.allowed_hosts):
+            return JSONResponse({"error": f"host {host or '(none)'} is not allowed"}, 403)
         if self.token is not None:
-            given = headers.get("authorization", "").encode("latin-1")
-            expected = f"Bearer {self.token}".encode()
-            if not hmac.compare_digest(given, expected):
+            given = _given_token(headers, scope.get("query_string", b"").decode("latin-1"))
+            if not hmac.compare_digest(given, self.token.encode()):
                 return JSONResponse(
                     {"error": "missing or wrong bearer token"},
                     401,
@@ -66,28 +94,56 @@ class HttpSecurity:
         return None
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _given_token(headers: dict[str, str], query: str) -> bytes:
+    """The bearer token (any case of the scheme), else the ``token`` query parameter."""
+    scheme, _, value = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip().encode("latin-1")  # the header's own bytes
+    found = parse_qs(query).get("token")
+    return found[0].encode() if found else b""
+
+
+def _host_allowed(host: str, allowed: frozenset[str]) -> bool:
+    """``host`` is a Host header: a name or ``[v6]``, then maybe ``:port``."""
+    name = host.rpartition("]")[0] + "]" if host.startswith("[") else host.partition(":")[0]
+    return host in allowed or name in allowed
+
+
+def hosts_for(host: str, configured: tuple[str, ...]) -> frozenset[str] | None:
+    """The Host names a bind to ``host`` answers to; None (any) for a wildcard."""
+    if host in WILDCARDS:
+        return None
+    names = {f"[{host}]" if ":" in host else host, *configured}
+    if is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    return frozenset(n.lower() for n in names)
 
 
 def security_for(
-    host: str, token: str | None, new_token: bool, origins: tuple[str, ...]
+    host: str, server: ServerSettings, *, new_token: bool = False, no_token: bool = False
 ) -> HttpSecurity:
-    """Raises ServeError for a non-loopback bind without a token."""
-    if new_token:
-        token = secrets.token_urlsafe(24)
-        print(f"crow: the bearer token for this server is {token}", file=sys.stderr, flush=True)
-    if token is None and not is_loopback(host):
+    """The token and the names ``crow serve --http`` asks for.
+
+    Raises ServeError for ``no_token`` on a bind that is not loopback."""
+    if no_token and not is_loopback(host):
         raise ServeError(
-            f"binding {host} exposes the agent to the network: set server.token in "
-            "config.toml, or pass --new-token to generate one"
+            f"--no-token is for loopback only: on {host} anyone who can reach the port "
+            "could run commands as you"
         )
-    return HttpSecurity(token=token, allowed_origins=origins)
+    if no_token:
+        print(NO_TOKEN_WARNING, file=sys.stderr, flush=True)
+        token = None
+    elif new_token or server.token is None:
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+    else:
+        token = server.token
+    if token is not None:
+        register_secret(token)  # printed once on purpose; masked in every log line
+    return HttpSecurity(
+        token=token,
+        allowed_origins=server.allowed_origins,
+        allowed_hosts=hosts_for(host, server.allowed_hosts),
+    )
 
 
 async def serve_http(
@@ -101,7 +157,8 @@ async def serve_http(
     import uvicorn
 
     store = Store(config.paths.store)
-    agent = CrowAgent(config, store)
+    # Without a token nobody is authenticated: no client may name MCP servers (commands).
+    agent = CrowAgent(config, store, clients_authenticated=security.token is not None)
 
     async def serve(transport: HttpTransport) -> None:
         await serve_connection(agent, transport)  # v1 or v2, by its initialize
@@ -113,32 +170,60 @@ async def serve_http(
         return found is not None
 
     app = AcpHttpApp(serve, limits=limits, check=security.check, session_exists=session_exists)
-    server = uvicorn.Server(
+    published: list[Path] = []  # the runtime file, once written
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # uvicorn re-raises SIGTERM once it has shut down, which ends the process
+            # before the finally below: the runtime file goes as the signal arrives.
+            _unpublish(published)
+            super().handle_exit(sig, frame)
+
+    server = Server(
         uvicorn.Config(
             app,
             host=host,
             port=port,
             log_level="warning",
+            log_config=None,  # uvicorn's records go through Crow's handlers (redacted)
             lifespan="on",
             ws="websockets-sansio",
             ws_max_size=app.limits.max_message_bytes,
             timeout_graceful_shutdown=3,
         )
     )
-    announce = asyncio.create_task(_announce(server, host))
+    announce = asyncio.create_task(
+        _announce(server, host, security.token, config.paths.run, published)
+    )
     try:
         await server.serve()
     finally:
         announce.cancel()
+        _unpublish(published)
         await agent.shutdown()
         store.close()
 
 
-async def _announce(server: object, host: str) -> None:
-    """Print the URL once the socket is bound (port 0 picks a free one)."""
-    while not getattr(server, "started", False):
+async def _announce(
+    server: Any, host: str, token: str | None, run_dir: Path, published: list[Path]
+) -> None:
+    """Once the socket is bound (port 0 picks a free one): write the runtime file,
+    then print the URL, with its token, once."""
+    while not server.started:
         await asyncio.sleep(0.02)
-    sockets = [s for srv in getattr(server, "servers", []) for s in srv.sockets]
-    port = sockets[0].getsockname()[1] if sockets else "?"
+    sockets = [s for srv in server.servers for s in srv.sockets]
+    port = sockets[0].getsockname()[1] if sockets else 0
     shown = f"[{host}]" if ":" in host else host
-    print(f"crow: serving ACP at http://{shown}:{port}/acp", file=sys.stderr, flush=True)
+    url = f"http://{shown}:{port}/acp"
+    try:
+        published.append(publish(run_dir, url=url, token=token))
+    except OSError as exc:
+        print(f"crow: no runtime file, clients need the token: {exc}", file=sys.stderr)
+    shown_url = f"{url}?token={quote(token, safe='')}" if token is not None else url
+    print(f"crow: serving ACP at {shown_url}", file=sys.stderr, flush=True)
+
+
+def _unpublish(published: list[Path]) -> None:
+    while published:
+        with contextlib.suppress(OSError):
+            published.pop().unlink()

@@ -66,8 +66,17 @@ SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
 
 
 class CrowAgent:
-    def __init__(self, config: Config, store: Store, router: ModelRouter | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        store: Store,
+        router: ModelRouter | None = None,
+        *,
+        clients_authenticated: bool = True,
+    ) -> None:
         self.config = config
+        # False on an HTTP server without a token: its clients may not name MCP servers.
+        self.clients_authenticated = clients_authenticated
         self.store = AsyncStore(store)
         self.router = router or ModelRouter(config)
         self.owner = this_process()  # the name this process takes turn leases under
@@ -131,9 +140,12 @@ class CrowAgent:
     async def new_session(
         self, watcher: Watcher, params: schema.NewSessionRequest
     ) -> schema.NewSessionResponse:
-        cwd = _absolute(params.cwd, "cwd")
-        dirs = _directories(params.additional_directories)
-        servers = client_servers(params.mcp_servers, self.config)
+        cwd = _existing_directory(_absolute(params.cwd, "cwd"), "cwd")
+        dirs = [
+            _existing_directory(d, "additionalDirectories")
+            for d in _directories(params.additional_directories)
+        ]
+        servers = self._client_servers(params.mcp_servers)
         self._check_session_limit(watcher)
         record = await self.store.create_session(
             session_id=new_id("sess"),
@@ -180,7 +192,7 @@ class CrowAgent:
                 data={"cwd": params.cwd, "sessionCwd": record.cwd},
             )
         replay = _replay_cursor(params.replay_from)
-        servers = client_servers(params.mcp_servers, self.config)
+        servers = self._client_servers(params.mcp_servers)
         dirs = _directories(params.additional_directories)
         session = self.live.get(record.id)
         if session is None or watcher not in session.watchers:
@@ -261,7 +273,9 @@ class CrowAgent:
         """
         if session.busy:
             raise _busy(session.id)
-        content = to_user_content(blocks, self.prompt_caps)
+        content = to_user_content(
+            blocks, self.prompt_caps, max_bytes=self.config.limits.max_prompt_bytes
+        )
         # Busy from here: a prompt right behind this one is refused, and a cancel
         # or close that comes meanwhile applies to this turn.
         starting = session.starting = asyncio.get_running_loop().create_future()
@@ -330,6 +344,9 @@ class CrowAgent:
             return
         del self.live[session.id]
         self.spawn(session.close_tools(), name=f"unload-{session.id}")
+
+    def _client_servers(self, servers: Any) -> list[Any]:
+        return client_servers(servers, self.config, allowed=self.clients_authenticated)
 
     def _start_tools(self, session: LiveSession, servers: list[Any], dirs: list[str]) -> None:
         """Start the session's tool servers unless the same set already runs: a
@@ -445,6 +462,14 @@ def _absolute(path: Any, field: str) -> str:
             f"{field} must be an absolute path, got {path!r}", data={field: ascii(path)}
         )
     return os.path.normpath(path)
+
+
+def _existing_directory(path: str, field: str) -> str:
+    """A new session's directories must exist: a typo would otherwise be stored
+    and confine its tools to nothing."""
+    if not os.path.isdir(path):
+        raise InvalidParams(f"{field} {path} is not an existing directory", data={field: path})
+    return path
 
 
 def _storable(text: str) -> bool:

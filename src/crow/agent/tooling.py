@@ -5,21 +5,30 @@ additional directories, terminal in its cwd, web), the servers of
 ``[mcp.servers]`` in config.toml, and the ``mcpServers`` its client named in
 ``session/new`` or ``session/resume`` (ACP-V2.md §5.1): stdio and http, each
 name once, an unknown transport refused with ``-32602``.
+
+A client-named stdio server is a command Crow runs as its user.  A server that
+runs without a token (``crow serve --http --no-token``) cannot tell who is
+asking, so it refuses client-named servers (``-32000``).  With
+``[mcp] ask_client_servers = true`` each one waits for a permission question
+(a ``command`` subject, kind ``execute``) and is left out if nobody allows it.
+Client-named servers are never trusted: their tools ask like ``other``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crow.acp import InvalidParams, schema
+from crow.acp import AuthRequired, InvalidParams, schema
 from crow.config import Config, McpServerSpec
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
+from .asking import Question
 from .session import LiveSession
 
 __all__ = ["client_servers", "mcp_capabilities", "start_tools"]
@@ -33,10 +42,17 @@ def mcp_capabilities() -> schema.McpCapabilities:
     )
 
 
-def client_servers(servers: Any, config: Config) -> list[McpServerSpec]:
-    """The client's MCP servers as specs.  Raises InvalidParams for a bad list."""
-    if servers in (schema.UNSET, None):
+def client_servers(servers: Any, config: Config, *, allowed: bool = True) -> list[McpServerSpec]:
+    """The client's MCP servers as specs.  Raises InvalidParams for a bad list,
+    AuthRequired if this server does not let unauthenticated clients name any."""
+    if servers in (schema.UNSET, None) or not servers:
         return []
+    if not allowed:
+        raise AuthRequired(
+            "this Crow server runs without a token (--no-token), so clients may not "
+            "name MCP servers: restart it with a token to use mcpServers",
+            data={"mcpServers": len(servers)},
+        )
     taken = set(config.tools.builtin) | {s.name for s in config.tools.servers}
     specs = []
     for index, server in enumerate(servers):
@@ -97,7 +113,9 @@ def builtin_servers(config: Config, cwd: str, extra: list[str]) -> dict[str, Cal
     def web() -> Any:
         from crow.servers.web import build_server
 
-        return build_server(search_url=config.tools.search_url)
+        return build_server(
+            search_url=config.tools.search_url, allow_hosts=config.tools.fetch_allow_hosts
+        )
 
     factories = {"fs": fs, "terminal": terminal, "web": web}
     return {name: factories[name] for name in config.tools.builtin}
@@ -112,8 +130,51 @@ def start_tools(
     builtins = builtin_servers(config, session.record.cwd, extra_dirs)
 
     async def start() -> None:
+        chosen = await _approved(session, specs) if config.tools.ask_client_servers else specs
         await hub.start(
-            builtins, [*config.tools.servers, *specs], builtin_timeout_s=config.tools.timeout_s
+            builtins, [*config.tools.servers, *chosen], builtin_timeout_s=config.tools.timeout_s
         )
 
     session.tools_started = asyncio.create_task(start(), name=f"tools-{session.id}")
+
+
+START_OPTIONS = (
+    schema.PermissionOption(option_id="allow_once", name="Start it", kind="allow_once"),
+    schema.PermissionOption(option_id="reject_once", name="Do not start it", kind="reject_once"),
+)
+
+
+async def _approved(session: LiveSession, specs: list[McpServerSpec]) -> list[McpServerSpec]:
+    """The client-named servers someone allowed to start (stdio ones ask; http ones
+    run nothing here).  Asked one after another, of every watcher, like a tool call."""
+    chosen = []
+    for spec in specs:
+        if spec.command is None or await _allowed_to_start(session, spec):
+            chosen.append(spec)
+        else:
+            await session.note(
+                f"MCP server {spec.name!r} was not started: its start was not allowed.", "warning"
+            )
+    return chosen
+
+
+async def _allowed_to_start(session: LiveSession, spec: McpServerSpec) -> bool:
+    command = shlex.join([spec.command or "", *spec.args])
+    question = Question(
+        schema.RequestPermissionRequest(
+            session_id=session.id,
+            title=f"Start the MCP server {spec.name!r}?",
+            description=f"The client asks Crow to run {command} as an MCP server.",
+            subject=schema.CommandPermissionSubject(command=command, cwd=session.record.cwd),
+            options=list(START_OPTIONS),
+        )
+    )
+    session.questions.add(question)
+    try:
+        for watcher in list(session.watchers):
+            question.ask(watcher)
+        outcome = await question.outcome()
+    finally:
+        session.questions.discard(question)
+    chosen = getattr(outcome, "option_id", None)
+    return getattr(outcome, "outcome", None) == "selected" and chosen == "allow_once"

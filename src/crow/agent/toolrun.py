@@ -94,7 +94,9 @@ class ToolRunner:
         if decision == "allow":
             return True
         if decision == "deny":
-            await view.failed(f"Refused by Crow's permission policy for {tool.kind} tools.")
+            await view.failed(
+                f"Refused by Crow's permission policy for {tool.permission_kind} tools."
+            )
             return False
         outcome = await self.ask(view, tool, args)
         option = getattr(outcome, "option_id", None) if _selected(outcome) else None
@@ -123,6 +125,10 @@ class ToolRunner:
         return outcome
 
 
+def _trust(tool: ToolInfo) -> str:
+    return "" if tool.trusted else ", from an MCP server not marked trusted"
+
+
 def _selected(outcome: Any) -> bool:
     return getattr(outcome, "outcome", None) == "selected"
 
@@ -134,14 +140,14 @@ def _request(
         tool_call=schema.ToolCallUpdate(tool_call_id=view.id, title=view.title, kind=tool.kind)
     )
     command = args.get("command")
-    if tool.kind == "execute" and isinstance(command, str):
+    if tool.permission_kind == "execute" and isinstance(command, str):
         subject = schema.CommandPermissionSubject(
             command=command, cwd=view.cwd, tool_call_id=view.id
         )
     return schema.RequestPermissionRequest(
         session_id=session_id,
         title=f"Allow {view.title}?",
-        description=f"{tool.server} wants to run {tool.name} ({tool.kind}).",
+        description=f"{tool.server} wants to run {tool.name} ({tool.kind}){_trust(tool)}.",
         subject=subject,
         options=[
             schema.PermissionOption(option_id=option_id, name=label, kind=kind)

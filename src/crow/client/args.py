@@ -50,15 +50,21 @@ crow sessions show ID
 crow sessions delete ID"""
 
 
-def _agent_options(parser: argparse.ArgumentParser, *, session_help: str) -> None:
-    """Which agent to talk to (spawned or attached) and in which session."""
-    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+def _server_options(parser: argparse.ArgumentParser) -> None:
+    """A running server to attach to, and its token."""
     parser.add_argument("--url", help="attach to a running server (http://HOST:PORT/acp, ws://...)")
     parser.add_argument(
         "--token",
         default=os.environ.get("CROW_TOKEN"),
-        help="the server's bearer token (default: $CROW_TOKEN)",
+        help="the server's bearer token (default: $CROW_TOKEN, else the URL's ?token=, "
+        "else the one a local crow serve --http wrote to $CROW_HOME/run/)",
     )
+
+
+def _agent_options(parser: argparse.ArgumentParser, *, session_help: str) -> None:
+    """Which agent to talk to (spawned or attached) and in which session."""
+    parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
+    _server_options(parser)
     parser.add_argument("--cwd", help="the session's directory (default: the current one)")
     parser.add_argument("--session", help=session_help)
 
@@ -83,3 +89,4 @@ def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", nargs="?", help="the session id (show, delete)")
     parser.add_argument("--cwd", help="list only the sessions of this directory")
     parser.add_argument("--command", help="another ACP v2 agent to ask (default: crow serve)")
+    _server_options(parser)

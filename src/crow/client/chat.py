@@ -240,8 +240,9 @@ def _bindings() -> KeyBindings:
 def _history() -> History:
     home = Paths.from_env().home
     try:
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "history").touch()
+        from crow.private import private_dir, private_file  # 0700 / 0600: prompts are private
+
+        private_file(private_dir(home) / "history")
     except OSError:
         return InMemoryHistory()
     return FileHistory(str(home / "history"))

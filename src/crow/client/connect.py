@@ -1,9 +1,10 @@
-"""Reaching an agent: spawn ``crow serve`` (or any ACP v2 agent command) on stdio.
+"""Reaching an agent: spawn ``crow serve`` (or any ACP v2 agent command) on stdio,
+or attach to a running server's URL.
 
-Every line-client command goes through ``connect``: it starts the agent,
-initializes, and hands back a ``ClientSide`` whose projections every renderer
-reads.  Failures to start or to speak v2 become ``AgentUnavailable`` with one
-sentence for people.
+Every line-client command goes through ``connect``: it starts (or reaches) the
+agent, initializes, and hands back a ``ClientSide`` whose projections every
+renderer reads.  Failures to start or to speak v2 become ``AgentUnavailable``
+with one sentence for people.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import AsyncIterator
 from importlib.metadata import version
 from typing import Any
 
+from crow import runtime_file
 from crow.acp import AcpError, ClientSide, schema, spawn
-from crow.acp.transports.http_client import connect_url
+from crow.acp.transports.http_client import connect_url, split_token
+from crow.config import Paths
 
 __all__ = ["AgentUnavailable", "connect", "default_command"]
 
@@ -39,15 +42,20 @@ async def connect(
     on_permission: Any = None,
 ) -> AsyncIterator[ClientSide]:
     """An initialized client connected to the agent: spawned from ``command`` (default
-    ``crow serve``) or reached at ``url``; closed (and a spawned agent ended) after."""
+    ``crow serve``) or reached at ``url``; closed (and a spawned agent ended) after.
+
+    Without ``token``, the one in ``url`` (``?token=``) or else the one a live local
+    ``crow serve --http`` at that address wrote to its runtime file is sent."""
     argv = shlex.split(command) if command else default_command()
+    if url and not token and split_token(url)[1] is None:
+        token = runtime_file.find_token(Paths.from_env().run, url)
     transport: Any
     try:
         transport = await connect_url(url, token=token) if url else await spawn(argv)
     except ConnectionError as exc:
         raise AgentUnavailable(str(exc)) from None
     if url:
-        argv = [url]
+        argv = [split_token(url)[0]]  # named in errors: without its token
     info = schema.Implementation(name="crow", title="Crow line client", version=version("crow-cli"))
     client = ClientSide(transport, info=info, on_permission=on_permission)
     async with client:

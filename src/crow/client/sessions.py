@@ -35,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    async with connect(args.command) as client:
+    async with connect(args.command, url=args.url, token=args.token) as client:
         if args.action == "list":
             return await _list(client, args.cwd)
         info = await find(client, args.session)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..config import Config, ModelSpec, ProviderSpec
+from ..redact import redact
 from .errors import (
     ModelError,
     ModelOverloaded,
@@ -93,6 +94,7 @@ class ModelClient:
                         continue
                     if isinstance(chunk.get("error"), dict):  # an error event mid-stream
                         reason = chunk["error"].get("message", "the model stream failed")
+                        reason = redact(str(reason))  # it is logged, and sent to the client
                         raise ModelOverloaded(f"{spec.name}: {reason}", model=spec.name)
                     if isinstance(chunk.get("usage"), dict):
                         usage = Usage(
@@ -219,5 +221,5 @@ class _transport_errors:
 
         if isinstance(exc, (httpx2.HTTPError, OSError)):
             raise ModelUnreachable(
-                f"{self.model}: the connection failed ({exc})", model=self.model
+                f"{self.model}: the connection failed ({redact(str(exc))})", model=self.model
             ) from exc

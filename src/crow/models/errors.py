@@ -17,6 +17,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from ..redact import redact
+
 __all__ = [
     "ContextLengthExceeded",
     "ModelError",
@@ -70,14 +72,15 @@ class ModelStreamBroken(ModelError):
 
 
 def _message(exc: Any) -> str:
+    """The error's text, credentials masked: it is logged, and sent to the client."""
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
+            return redact(str(inner["message"]))
         if isinstance(inner, str):
-            return inner
-    return str(getattr(exc, "message", None) or exc)
+            return redact(inner)
+    return redact(str(getattr(exc, "message", None) or exc))
 
 
 @contextlib.contextmanager
@@ -91,7 +94,7 @@ def translate_errors(model: str) -> Iterator[None]:
         raise ModelUnreachable(f"{model}: the request timed out", model=model) from exc
     except openai.APIConnectionError as exc:
         raise ModelUnreachable(
-            f"{model}: cannot reach the model server ({exc})", model=model
+            f"{model}: cannot reach the model server ({_message(exc)})", model=model
         ) from exc
     except openai.APIStatusError as exc:
         status, text = exc.status_code, _message(exc)

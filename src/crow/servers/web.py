@@ -3,6 +3,10 @@
 Run it alone over stdio with ``python -m crow.servers.web --search-url URL``; the search URL
 defaults to the ``CROW_SEARCH_URL`` environment variable. Logs go to stderr only: stdout
 carries the MCP messages.
+
+``fetch`` connects only to public addresses (``_web_guard.py``): loopback, private, link-local
+and metadata hosts need ``web.allow_hosts`` in config.toml (``--allow-host`` when run alone).
+The search endpoint is the user's own choice and is not guarded.
 """
 
 import argparse
@@ -13,6 +17,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from importlib.metadata import PackageNotFoundError, version
@@ -25,7 +30,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ..redact import redact_url
 from ._stdio import run_stdio
+from ._web_guard import AllowRule, GuardedTransport, Refused, parse_allow_host
 
 __all__ = ["build_server", "html_to_text", "main"]
 
@@ -302,17 +309,21 @@ class _Response:
 
 
 class _Web:
-    def __init__(self, *, timeout_s: float, max_bytes: int) -> None:
+    def __init__(self, *, timeout_s: float, max_bytes: int, allow: Sequence[AllowRule]) -> None:
         self.timeout_s = timeout_s
         self.max_bytes = max_bytes
+        self.allow = tuple(allow)
         self.user_agent = _user_agent()
 
-    def _client(self) -> httpx2.AsyncClient:
+    def _client(self, *, guarded: bool) -> httpx2.AsyncClient:
+        # A guarded client connects only through the guard, so it ignores proxy variables: a
+        # proxy would resolve names where the guard cannot see the addresses.
         return httpx2.AsyncClient(
             follow_redirects=True,
             max_redirects=MAX_REDIRECTS,
             timeout=httpx2.Timeout(self.timeout_s),
             headers={"User-Agent": self.user_agent},
+            transport=GuardedTransport(self.allow) if guarded else None,
         )
 
     async def get(
@@ -322,15 +333,21 @@ class _Web:
         params: dict[str, str] | None = None,
         accept: str,
         readable: bool = False,
+        guarded: bool = False,
     ) -> _Response:
         """GET ``url``, reading at most ``max_bytes`` of body within ``timeout_s`` overall.
 
         The body is left unread for an error status and, when ``readable``, for a content
-        type that is not text. Raises ``ToolError`` with one sentence on any failure.
+        type that is not text. ``guarded``: every connection, redirects included, goes to a
+        public or allow-listed address. Raises ``ToolError`` with one sentence on any failure.
         """
         try:
             async with asyncio.timeout(self.timeout_s):
-                return await self._get(url, params=params, accept=accept, readable=readable)
+                return await self._get(
+                    url, params=params, accept=accept, readable=readable, guarded=guarded
+                )
+        except Refused as exc:
+            raise ToolError(_refusal(url, exc)) from None
         except (TimeoutError, httpx2.TimeoutException):
             raise ToolError(f"Timed out after {self.timeout_s:g} s waiting for {url}.") from None
         except httpx2.TooManyRedirects:
@@ -349,10 +366,16 @@ class _Web:
             ) from None
 
     async def _get(
-        self, url: str, *, params: dict[str, str] | None, accept: str, readable: bool
+        self,
+        url: str,
+        *,
+        params: dict[str, str] | None,
+        accept: str,
+        readable: bool,
+        guarded: bool,
     ) -> _Response:
         async with (
-            self._client() as client,
+            self._client(guarded=guarded) as client,
             client.stream("GET", url, params=params, headers={"Accept": accept}) as resp,
         ):
             result = _Response(
@@ -379,6 +402,17 @@ class _Web:
 
     def _too_large(self, url: str) -> str:
         return f"Refused: the response from {url} is larger than the {self.max_bytes}-byte limit."
+
+
+def _refusal(url: str, exc: Refused) -> str:
+    asked, hop = httpx2.URL(url), httpx2.URL(exc.url or url)
+    same = (asked.scheme, asked.host, asked.port) == (hop.scheme, hop.host, hop.port)
+    where = url if same else f"{url} redirected to {hop}, which"
+    return (
+        f"fetch refused: {where} resolves to {exc.address}, {exc.what}; Crow's fetch does not "
+        "reach loopback, private, link-local or metadata addresses "
+        "(allow it with web.allow_hosts in config.toml)."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,18 +461,21 @@ async def _search(web: _Web, search_url: str | None, query: str, limit: int) -> 
     )
     if resp.body is None:
         raise ToolError(
-            f"The search endpoint {search_url} answered HTTP {resp.status} {resp.reason}."
+            f"The search endpoint {redact_url(search_url)} answered "
+            f"HTTP {resp.status} {resp.reason}."
         )
     try:
         data = json.loads(resp.body)
     except ValueError:
         raise ToolError(
-            f"The search endpoint {search_url} did not return valid JSON "
+            f"The search endpoint {redact_url(search_url)} did not return valid JSON "
             "(is format=json enabled in its settings?)."
         ) from None
     results = data.get("results") if isinstance(data, dict) else None
     if not isinstance(results, list):
-        raise ToolError(f"The search endpoint {search_url} returned JSON without a results list.")
+        raise ToolError(
+            f"The search endpoint {redact_url(search_url)} returned JSON without a results list."
+        )
     return _format_results(query, results, limit)
 
 
@@ -453,7 +490,7 @@ async def _fetch(web: _Web, url: str, limit: int) -> CallToolResult:
         raise ToolError(f"Refused: fetch reads only http and https URLs, not {what}.")
     if not parts.hostname:
         raise ToolError(f"Refused: {url!r} has no host.")
-    resp = await web.get(url, accept=_ACCEPT, readable=True)
+    resp = await web.get(url, accept=_ACCEPT, readable=True, guarded=True)
     meta: dict[str, Any] = {
         "crow/url": resp.url,
         "crow/status": resp.status,
@@ -499,12 +536,16 @@ def build_server(
     timeout_s: float = 20,
     max_bytes: int = 2 * 1024 * 1024,
     max_chars: int = 40_000,
+    allow_hosts: tuple[str, ...] = (),
 ) -> MCPServer:
     """The web MCP server: ``search`` (needs ``search_url``) and ``fetch``.
 
-    Failures come back as ``is_error`` results whose text is one sentence (no SDK prefix).
+    ``allow_hosts`` opens non-public hosts to ``fetch``: names or IPs, each optionally with
+    ``:port``, or CIDR ranges; raises ValueError for an entry that is none of these. Failures
+    come back as ``is_error`` results whose text is one sentence (no SDK prefix).
     """
-    web = _Web(timeout_s=timeout_s, max_bytes=max_bytes)
+    allow = [parse_allow_host(entry) for entry in allow_hosts]
+    web = _Web(timeout_s=timeout_s, max_bytes=max_bytes, allow=allow)
     default_max_chars = max_chars
     server: MCPServer = MCPServer(
         name="crow-web",
@@ -539,7 +580,8 @@ def build_server(
         description=(
             "Fetch an http(s) URL and return its readable text. HTML becomes text with headings "
             "as # lines and links as `text (url)`; plain text and JSON come back as is; images "
-            "and other binary types are refused. Long output is truncated to max_chars."
+            "and other binary types are refused, as are local and private network addresses. "
+            "Long output is truncated to max_chars."
         ),
         annotations=annotations,
         meta={"crow/kind": "fetch"},
@@ -578,13 +620,25 @@ def main(argv: list[str] | None = None) -> int:
         "(default: $CROW_SEARCH_URL; without one, search reports it is not configured)",
     )
     parser.add_argument(
+        "--allow-host",
+        metavar="HOST",
+        action="append",
+        default=[],
+        help="let fetch reach this non-public host: a name or IP, optionally with :port, or a "
+        "CIDR range (repeatable; fetch refuses loopback, private and metadata addresses)",
+    )
+    parser.add_argument(
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
         help="stderr log level (default: WARNING)",
     )
     args = parser.parse_args(argv)
-    return run_stdio(build_server(search_url=args.search_url), log_level=args.log_level)
+    try:
+        server = build_server(search_url=args.search_url, allow_hosts=tuple(args.allow_host))
+    except ValueError as exc:
+        parser.error(f"--allow-host: {exc}")
+    return run_stdio(server, log_level=args.log_level)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..private import private_dir, private_file, tighten_file
 from .migrations import migrate
 
 __all__ = [
@@ -119,7 +120,10 @@ class Store:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _private_database(self.path)
+        except OSError as exc:
+            raise StoreError(f"cannot open the session store {self.path}: {exc}") from exc
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -361,6 +365,15 @@ class Store:
             (session_id, session_id),
         ).fetchall()
         return [TranscriptEntry(seq=r[0], kind=r[1], message=json.loads(r[2])) for r in rows]
+
+
+def _private_database(path: Path) -> None:
+    """Create the database file 0600 (in a 0700 folder) before SQLite opens it,
+    and tighten the files an older Crow left wider.  SQLite gives ``-wal`` and
+    ``-shm`` the database file's mode, so they are 0600 too, whatever the umask."""
+    private_file(private_dir(path.parent) / path.name)
+    for suffix in ("-wal", "-shm", "-journal"):
+        tighten_file(path.with_name(path.name + suffix))
 
 
 def _encode_cursor(record: SessionRecord) -> str:

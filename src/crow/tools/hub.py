@@ -64,8 +64,15 @@ class ToolInfo:
     name: str
     description: str
     input_schema: dict[str, Any]
-    kind: str  # the ACP tool kind: read, edit, execute, ...
+    kind: str  # the ACP tool kind: read, edit, execute, ... (as its server describes it)
     title: str | None = None
+    trusted: bool = False  # a built-in or config-trusted server: its kind sets the permission
+
+    @property
+    def permission_kind(self) -> str:
+        """The kind whose policy decides: an untrusted server's tools ask like ``other``,
+        whatever they claim (a read-only hint must not lower a permission)."""
+        return self.kind if self.trusted else "other"
 
     def openai(self) -> dict[str, Any]:
         return {
@@ -98,6 +105,7 @@ class _Server:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     error: str | None = None
     dead: bool = False
+    trusted: bool = False
     label: str | None = None  # a stdio server's tag value (crow.children) until released
     pgid: int | None = None  # its process group, once found
 
@@ -128,7 +136,7 @@ class ToolHub:
                 failed.error = _describe(exc)
                 failed.ready.set()
                 continue
-            self._launch(name, target, builtin_timeout_s)
+            self._launch(name, target, builtin_timeout_s, trusted=True)
         for spec in specs:
             target = spec.url
             label = None
@@ -136,7 +144,14 @@ class ToolHub:
                 label = secrets.token_hex(8)
                 env = children.tagged_env(spec.env, label)
                 target = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
-            self._launch(spec.name, target, spec.timeout_s, headers=spec.headers, label=label)
+            self._launch(
+                spec.name,
+                target,
+                spec.timeout_s,
+                headers=spec.headers,
+                label=label,
+                trusted=spec.trusted,
+            )
         await asyncio.gather(*(self._await_ready(s) for s in self.servers.values()))
 
     def _launch(
@@ -146,10 +161,13 @@ class ToolHub:
         timeout_s: float,
         headers: dict[str, str] | None = None,
         label: str | None = None,
+        trusted: bool = False,
     ) -> None:
         if headers and isinstance(target, str):
             target = _http_transport(target, headers)
-        server = _Server(name=name, target=target, timeout_s=timeout_s, label=label)
+        server = _Server(
+            name=name, target=target, timeout_s=timeout_s, label=label, trusted=trusted
+        )
         self.servers[name] = server
         server.task = asyncio.create_task(self._own(server), name=f"mcp-{name}")
 
@@ -176,7 +194,7 @@ class ToolHub:
             async with Client(server.target, client_info=_client_info()) as client:
                 _adopt(server)
                 listed = await client.list_tools()
-                server.tools = [_tool_info(server.name, t) for t in listed.tools]
+                server.tools = [_tool_info(server, t) for t in listed.tools]
                 server.client = client
                 server.ready.set()
                 await server.stop.wait()
@@ -281,7 +299,7 @@ def _release(server: _Server) -> None:
     server.label = server.pgid = None
 
 
-def _tool_info(server: str, tool: Any) -> ToolInfo:
+def _tool_info(server: _Server, tool: Any) -> ToolInfo:
     meta = tool.meta or {}
     annotations = tool.annotations
     kind = meta.get("crow/kind")
@@ -290,13 +308,14 @@ def _tool_info(server: str, tool: Any) -> ToolInfo:
         kind = "read" if read_only else "other"
     title = tool.title or (annotations.title if annotations else None)
     return ToolInfo(
-        qualified=_NAME.sub("_", f"{server}{SEPARATOR}{tool.name}")[:64],
-        server=server,
+        qualified=_NAME.sub("_", f"{server.name}{SEPARATOR}{tool.name}")[:64],
+        server=server.name,
         name=tool.name,
         description=tool.description or "",
         input_schema=tool.input_schema,
         kind=str(kind),
         title=title,
+        trusted=server.trusted,
     )
 
 

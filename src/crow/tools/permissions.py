@@ -3,8 +3,10 @@
 A decision comes from, first to last: the yolo switch; an "always" answer given
 in this session; an "always" answer saved in ``permissions.toml``; the policy
 for the tool's kind (defaults: reads and searches run, edits, deletes and
-commands ask).  An answer Crow does not recognise is a rejection, never an
-approval (ACP-V2.md §7.4).
+commands ask).  Only a trusted server (a built-in, or one marked ``trusted`` in
+config.toml) chooses its tools' kind: the others' tools are decided as ``other``,
+so a third-party "read-only" tool still asks.  An answer Crow does not recognise
+is a rejection, never an approval (ACP-V2.md §7.4).
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class Permissions:
         )
         if remembered is not None:
             return remembered
-        return self.settings.permissions.get(tool.kind, self.settings.permissions["other"])
+        kind = tool.permission_kind
+        return self.settings.permissions.get(kind, self.settings.permissions["other"])
 
     def answer(self, tool: ToolInfo, option_id: str | None) -> Answer:
         """What an outcome means, remembering "always" answers."""

@@ -1,13 +1,19 @@
-"""The web MCP server, through a real MCP client, against a local HTTP server on 127.0.0.1."""
+"""The web MCP server, through a real MCP client, against a local HTTP server on 127.0.0.1.
+
+fetch refuses loopback addresses (issue #11), so the tests open the local server to it with
+``allow_hosts``; the refusals themselves are tested at the end of the fetch section.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import json
+import socket
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -16,7 +22,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
-from crow.servers.web import build_server, html_to_text
+from crow.servers.web import build_server, html_to_text, main
 
 MAX_BYTES = 20_000
 TIMEOUT_S = 0.5
@@ -50,6 +56,20 @@ RESULTS = [
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # so server_close() joins every handler thread
     released: threading.Event
+    connections = 0  # accepted so far: a refused fetch must make none
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        self.connections += 1
+        return True
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://[{host}]:{port}" if ":" in str(host) else f"http://{host}:{port}"
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -91,6 +111,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Location", "/page")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+            case "/to":
+                self.send_response(302)
+                self.send_header("Location", query["url"][0])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
             case "/loop":
                 self.send_response(302)
                 self.send_header("Location", "/loop")
@@ -117,14 +142,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, "text/html", b"<h1>Not found</h1>")
 
 
-@pytest.fixture
-def site() -> Iterator[str]:
-    server = _Server(("127.0.0.1", 0), _Handler)
+@contextmanager
+def _serving(server: _Server) -> Iterator[_Server]:
     server.released = threading.Event()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield server
     finally:
         server.released.set()
         server.shutdown()
@@ -132,6 +156,34 @@ def site() -> Iterator[str]:
         thread.join(5)
         assert not thread.is_alive()
         gc.collect()  # surface any unclosed socket as a ResourceWarning here, in this test
+
+
+@pytest.fixture
+def site_server() -> Iterator[_Server]:
+    with _serving(_Server(("127.0.0.1", 0), _Handler)) as server:
+        yield server
+
+
+@pytest.fixture
+def site(site_server: _Server) -> str:
+    return site_server.url
+
+
+@pytest.fixture
+def other() -> Iterator[_Server]:
+    """A second local server, on another port, that fetch is not opened to."""
+    with _serving(_Server(("127.0.0.1", 0), _Handler)) as server:
+        yield server
+
+
+@pytest.fixture
+def site6() -> Iterator[_Server]:
+    try:
+        server = _Server6(("::1", 0), _Handler)
+    except OSError:  # pragma: no cover - a host without IPv6
+        pytest.skip("no IPv6 loopback here")
+    with _serving(server):
+        yield server
 
 
 def _text(result: CallToolResult) -> str:
@@ -147,7 +199,12 @@ async def _call(server: Any, tool: str, **arguments: Any) -> CallToolResult:
 
 
 def _web(site: str, **kwargs: Any) -> Any:
-    options: dict[str, Any] = {"timeout_s": TIMEOUT_S, "max_bytes": MAX_BYTES}
+    """The server under test, its fetch opened to ``site`` (and to nothing else)."""
+    options: dict[str, Any] = {
+        "timeout_s": TIMEOUT_S,
+        "max_bytes": MAX_BYTES,
+        "allow_hosts": (urlsplit(site).netloc,),
+    }
     options.update(kwargs)
     return build_server(search_url=f"{site}/search", **options)
 
@@ -355,6 +412,129 @@ async def test_fetch_max_chars_must_be_positive(site: str) -> None:
     assert "max_chars" in _text(result)
 
 
+# --- fetch refuses local and private addresses (issue #11)
+
+
+def _refusal(where: str, address: str, what: str) -> str:
+    return (
+        f"fetch refused: {where} resolves to {address}, {what}; Crow's fetch does not reach "
+        "loopback, private, link-local or metadata addresses "
+        "(allow it with web.allow_hosts in config.toml)."
+    )
+
+
+@pytest.mark.parametrize(
+    ("host", "address", "what"),
+    [
+        ("127.0.0.1", "127.0.0.1", "a loopback address"),
+        ("2130706433", "127.0.0.1", "a loopback address"),  # 127.0.0.1 as one decimal number
+        ("0x7f.1", "127.0.0.1", "a loopback address"),
+        ("127.1", "127.0.0.1", "a loopback address"),
+        ("[::ffff:127.0.0.1]", "::ffff:127.0.0.1", "a loopback address"),
+        ("0", "0.0.0.0", "an unspecified address"),  # Linux connects 0.0.0.0 to loopback
+    ],
+)
+async def test_fetch_refuses_loopback(site_server: _Server, host: str, address: str, what: str):
+    url = f"http://{host}:{site_server.server_address[1]}/page"
+    result = await _call(build_server(search_url=None, timeout_s=TIMEOUT_S), "fetch", url=url)
+    assert result.is_error
+    assert _text(result) == _refusal(url, address, what)
+    assert site_server.connections == 0
+
+
+async def test_fetch_refuses_localhost(site_server: _Server) -> None:
+    url = f"http://localhost:{site_server.server_address[1]}/page"
+    result = await _call(build_server(search_url=None, timeout_s=TIMEOUT_S), "fetch", url=url)
+    assert result.is_error
+    text = _text(result)
+    assert text.startswith(f"fetch refused: {url} resolves to ")
+    assert "a loopback address" in text
+    assert site_server.connections == 0
+
+
+async def test_fetch_refuses_ipv6_loopback(site6: _Server) -> None:
+    url = f"{site6.url}/page"
+    result = await _call(build_server(search_url=None, timeout_s=TIMEOUT_S), "fetch", url=url)
+    assert result.is_error
+    assert _text(result) == _refusal(url, "::1", "a loopback address")
+    assert site6.connections == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "address", "what"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254", "a cloud metadata address"),
+        ("http://[fd00:ec2::254]/latest/", "fd00:ec2::254", "a cloud metadata address"),
+        ("http://[::ffff:169.254.169.254]/", "::ffff:169.254.169.254", "a cloud metadata address"),
+        ("http://10.1.2.3/", "10.1.2.3", "a private address"),
+        ("http://100.64.0.1/", "100.64.0.1", "a private address"),
+        ("http://[64:ff9b::a00:1]/", "64:ff9b::a00:1", "a private address"),  # NAT64 10.0.0.1
+        ("https://[fe80::1]/", "fe80::1", "a link-local address"),
+    ],
+)
+async def test_fetch_refuses_metadata_private_and_link_local(url: str, address: str, what: str):
+    # A connection attempt would time out (TIMEOUT_S) or fail, not answer with this sentence.
+    result = await _call(build_server(search_url=None, timeout_s=TIMEOUT_S), "fetch", url=url)
+    assert result.is_error
+    assert _text(result) == _refusal(url, address, what)
+
+
+async def test_fetch_refuses_a_redirect_to_loopback(site_server: _Server, other: _Server):
+    target = f"{other.url}/page"
+    url = f"{site_server.url}/to?url={target}"
+    result = await _call(_web(site_server.url), "fetch", url=url)
+    assert result.is_error
+    assert _text(result) == _refusal(
+        f"{url} redirected to {target}, which", "127.0.0.1", "a loopback address"
+    )
+    assert (site_server.connections, other.connections) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("allow", "fetched", "opened"),
+    [
+        ("127.0.0.1:{site}", "127.0.0.1:{site}", True),
+        ("127.0.0.1:{site}", "127.0.0.1:{other}", False),  # the port counts
+        ("localhost", "localhost:{other}", True),  # a name without a port: any port
+        ("localhost", "127.0.0.1:{other}", False),  # a name opens that name only
+        ("127.0.0.0/8", "127.0.0.1:{other}", True),
+        ("10.0.0.0/8", "127.0.0.1:{other}", False),
+        ("[::1]", "127.0.0.1:{other}", False),
+    ],
+)
+async def test_fetch_allow_hosts_opens_only_what_it_names(
+    site_server: _Server, other: _Server, allow: str, fetched: str, opened: bool
+) -> None:
+    ports = {"site": site_server.server_address[1], "other": other.server_address[1]}
+    server = _web(site_server.url, allow_hosts=(allow.format(**ports),))
+    url = f"http://{fetched.format(**ports)}/long.txt"
+    result = await _call(server, "fetch", url=url)
+    if opened:
+        assert not result.is_error
+        assert _text(result) == "0123456789" * 10
+    else:
+        assert result.is_error
+        assert _text(result).startswith(f"fetch refused: {url} resolves to 127.0.0.1,")
+        assert (site_server.connections, other.connections) == (0, 0)
+
+
+async def test_search_endpoint_is_not_guarded(site: str) -> None:
+    server = build_server(search_url=f"{site}/search", timeout_s=TIMEOUT_S)  # no allow_hosts
+    result = await _call(server, "search", query="local")
+    assert not result.is_error
+    assert _text(result).startswith("1. About local\n")
+
+
+@pytest.mark.parametrize("entry", ["", "http://localhost/", "localhost:0", "a b", "[wiki]:80"])
+def test_bad_allow_host_is_refused(entry: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="is not a host name or IP"):
+        build_server(search_url=None, allow_hosts=(entry,))
+    with pytest.raises(SystemExit) as exited:
+        main(["--allow-host", entry])
+    assert exited.value.code == 2
+    assert "--allow-host:" in capsys.readouterr().err
+
+
 def test_html_to_text_is_forgiving() -> None:
     text = html_to_text(
         "<p>one<p>two <a href='#top'>top</a> <a href='javascript:x()'>js</a>"
@@ -372,7 +552,10 @@ def test_html_to_text_is_forgiving() -> None:
 async def test_stdio_subprocess(site: str) -> None:
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "crow.servers.web", "--search-url", f"{site}/search"],
+        args=[
+            *("-m", "crow.servers.web", "--search-url", f"{site}/search"),
+            *("--allow-host", urlsplit(site).netloc),
+        ],
     )
     async with asyncio.timeout(15), Client(params) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}

@@ -16,10 +16,11 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
-__all__ = ["HttpClientTransport", "WebSocketClientTransport", "connect_url"]
+__all__ = ["HttpClientTransport", "WebSocketClientTransport", "connect_url", "split_token"]
 
 log = logging.getLogger("crow.acp.http")
 
@@ -28,13 +29,31 @@ REQUEST_TIMEOUT_S = 30.0
 
 
 async def connect_url(url: str, *, token: str | None = None) -> Any:
-    """A transport to the ACP endpoint at ``url``.  Raises ConnectionError."""
+    """A transport to the ACP endpoint at ``url``.  Raises ConnectionError.
+
+    A ``token`` query parameter in ``url`` (the URL ``crow serve --http`` prints) is
+    used when ``token`` is not given; either way it travels only as a bearer header."""
+    url, in_url = split_token(url)
+    token = token or in_url
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if url.startswith(("ws://", "wss://")):
         return await WebSocketClientTransport.open(url, headers)
     if url.startswith(("http://", "https://")):
         return HttpClientTransport(url, headers)
     raise ConnectionError(f"{url!r} is not an http(s):// or ws(s):// URL")
+
+
+def split_token(url: str) -> tuple[str, str | None]:
+    """``url`` without its ``token`` query parameter, and that token (None without one).
+
+    Taken out so that it is never logged or shown in an error with the URL."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    tokens = [value for name, value in query if name == "token"]
+    if not tokens:
+        return url, None
+    rest = urlencode([(name, value) for name, value in query if name != "token"])
+    return urlunsplit(parts._replace(query=rest)), tokens[0]
 
 
 class HttpClientTransport:
