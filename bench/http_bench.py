@@ -5,9 +5,9 @@
 
 Servers, each in its own process, measured one after another in the same run:
 
-- ``crow``: ``crow serve --http`` against the scripted model (``tests/fakemodel.py``,
-  zero latency, ``--chunks`` deltas per reply), so every turn goes through
-  Crow's store, model client and turn loop;
+- ``crow``: ``crow serve --http`` against a zero-latency model server in its own
+  process (``bench/zero_model.py``, ``--chunks`` deltas per reply), so every turn
+  goes through Crow's store, model client and turn loop;
 - ``crow-echo``: Crow's in-memory echo agent on the same HTTP transport
   (``bench/crow_echo_http.py``): the transport and ACP layer alone;
 - ``ts-echo``: the TS SDK 2.4.0 ``AcpServer`` with its echo agent
@@ -31,12 +31,12 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in ("src", "tests", "tests/integration"):
     sys.path.insert(0, str(ROOT / extra))
 
-from fakemodel import ScriptedModel, Text  # noqa: E402
 from serve_support import write_config  # noqa: E402
 
 TS_DIR = ROOT / "tests" / "interop" / "ts"
@@ -63,7 +63,7 @@ def start(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str
     raise RuntimeError(f"{command[0]} did not start")
 
 
-def stop(process: subprocess.Popen[str]) -> None:
+def stop(process: subprocess.Popen[Any]) -> None:
     process.terminate()
     try:
         process.wait(timeout=10)
@@ -114,27 +114,36 @@ def main() -> None:
     parser.add_argument("--only", default="crow,crow-echo,ts-echo")
     parser.add_argument("--transports", default="http,ws")
     args = parser.parse_args()
-    with ScriptedModel() as model, tempfile.TemporaryDirectory() as home:
-        model.set_default(Text(text="word " * args.chunks, chunks=args.chunks))
-        write_config(Path(home), model.base_url, extra="[tools]\nbuiltin = []\n")
-        print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
-        for name, (command, env) in commands(args.chunks, home).items():
-            if name not in args.only.split(","):
-                continue
-            server, url = start(command, env)
-            try:
-                for transport in args.transports.split(","):
-                    target = url if transport == "http" else url.replace("http", "ws", 1)
-                    r = run_load(target, args.clients, args.prompts)
-                    print(
-                        f"  {name:9} {transport:4} {r['prompts_per_s']:7.0f} prompts/s "
-                        f"{r['updates_per_s']:8.0f} events/s  p50 {r['p50_ms']:7.1f} ms  "
-                        f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms",
-                        flush=True,
-                    )
-                print(f"  {name:9} peak RSS {peak_rss_mib(server.pid):.0f} MiB", flush=True)
-            finally:
-                stop(server)
+    model = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "zero_model.py"), "--chunks", str(args.chunks)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert model.stdout is not None
+    base_url = model.stdout.readline().strip()
+    try:
+        with tempfile.TemporaryDirectory() as home:
+            write_config(Path(home), base_url, extra="[tools]\nbuiltin = []\n")
+            print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
+            for name, (command, env) in commands(args.chunks, home).items():
+                if name not in args.only.split(","):
+                    continue
+                server, url = start(command, env)
+                try:
+                    for transport in args.transports.split(","):
+                        target = url if transport == "http" else url.replace("http", "ws", 1)
+                        r = run_load(target, args.clients, args.prompts)
+                        print(
+                            f"  {name:9} {transport:4} {r['prompts_per_s']:7.0f} prompts/s "
+                            f"{r['updates_per_s']:8.0f} events/s  p50 {r['p50_ms']:7.1f} ms  "
+                            f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms",
+                            flush=True,
+                        )
+                    print(f"  {name:9} peak RSS {peak_rss_mib(server.pid):.0f} MiB", flush=True)
+                finally:
+                    stop(server)
+    finally:
+        stop(model)
 
 
 if __name__ == "__main__":

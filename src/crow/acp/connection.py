@@ -279,9 +279,14 @@ class Connection:
                 rid = decode(match.group(1))
             except ValueError:  # a bad escape inside the id: answer with id null
                 rid = None
+        err = MessageTooLarge("Message too large: it exceeds this connection's size limit")
+        if rid is not None and b'"method"' not in prefix and _id_key(rid) in self._outbound:
+            # The reply to one of our requests (it names no method): that request
+            # fails here, or its caller would wait forever for a reply now discarded.
+            method = self._outbound.pop(_id_key(rid))
+            return [Response(id=rid, method=method, error=err.to_error())]
         if rid is not None:
             self._inbound.pop(_id_key(rid), None)
-        err = MessageTooLarge("Message too large: it exceeds this connection's size limit")
         return [Send(message=_error_message(rid, err))]
 
     def _receive_batch(self, entries: list[Any]) -> list[Event]:

@@ -369,3 +369,14 @@ def test_an_oversized_frame_is_answered_whatever_its_prefix(prefix, rid):
     [reply] = ready().receive_oversized(prefix)
     assert reply.message["id"] == rid and reply.message["error"]["code"] == INVALID_REQUEST
     encode(reply.message)
+
+
+def test_an_oversized_reply_to_our_request_fails_that_request():
+    """A reply too large to read must not leave its caller waiting forever."""
+    conn = ready()
+    rid, _ = conn.request("session/list", {})
+    [failed] = conn.receive_oversized(b'{"jsonrpc":"2.0","id":%d,"result":{"sessions":[' % rid)
+    assert isinstance(failed, Response) and failed.method == "session/list"
+    assert failed.error is not None and failed.error["code"] == INVALID_REQUEST
+    assert "too large" in failed.error["message"]
+    assert conn.receive(b'{"jsonrpc":"2.0","id":%d,"result":{}}' % rid) == []  # settled once
