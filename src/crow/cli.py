@@ -199,6 +199,10 @@ def _init(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Libraries that log every HTTP request at INFO.
+QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+
+
 def _setup_logging(logs: Path, level: str) -> None:
     """Logs go to stderr and to the home's logs/ folder; stdout is the wire.
 
@@ -209,6 +213,8 @@ def _setup_logging(logs: Path, level: str) -> None:
 
     root = logging.getLogger()
     root.setLevel(logging.INFO)
+    for chatty in QUIET_LOGGERS:  # a line per model request: noise, and ~2% of a busy loop
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setLevel(level.upper())
     stderr.setFormatter(logging.Formatter("crow: %(levelname)s %(name)s: %(message)s"))

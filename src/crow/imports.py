@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import sys
 import threading
 from types import ModuleType
 
@@ -20,6 +21,9 @@ __all__ = ["import_off_loop"]
 
 async def import_off_loop(name: str) -> ModuleType:
     """Import ``name`` in a daemon thread and return the module (or raise its error)."""
+    module = sys.modules.get(name)
+    if module is not None and not getattr(module.__spec__, "_initializing", False):
+        return module  # imported already: no thread (each session's tools ask again)
     loop = asyncio.get_running_loop()
     future: asyncio.Future[ModuleType] = loop.create_future()
 

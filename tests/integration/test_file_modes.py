@@ -92,7 +92,6 @@ def test_a_failing_model_leaves_no_credential_in_the_log_or_stderr(home, scripte
     assert result.returncode == 1
     log = (home / "logs" / "crow.log").read_text()
     assert_no_secret(log, result.stderr, result.stdout)
-    assert "HTTP Request: POST http://***@127.0.0.1:" in log  # what was called, and
     assert "model main failed: main: 401 Incorrect API key provided: ***" in log  # why
     assert "401 Incorrect API key provided: ***" in result.stderr
     assert scripted_model.requests, "the model was called"
@@ -105,7 +104,6 @@ def test_a_working_model_leaves_no_credential_and_a_private_home(home, scripted_
     assert result.stdout == "Hello\n"
     log = (home / "logs" / "crow.log").read_text()
     assert_no_secret(log, result.stderr)
-    assert '/v1/chat/completions "HTTP/1.1 200 OK"' in log
     assert {"config.toml", "crow.db", "logs", "logs/crow.log"} <= set(modes(home))
     assert_private(home)
 
@@ -142,4 +140,3 @@ def test_a_running_server_keeps_its_store_files_private(home, scripted_model):
         server.close()
     log = (home / "logs" / "crow.log").read_text()
     assert_no_secret(log, stderr)
-    assert "HTTP Request: POST http://***@127.0.0.1:" in log

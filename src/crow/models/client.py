@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -141,14 +142,24 @@ async def _post_stream(client: Any, request: dict[str, Any]) -> Any:
     from openai.types.chat import ChatCompletion
 
     # Chunks stay plain dicts: building a ChatCompletionChunk model per chunk costs
-    # ~0.7 ms, more than everything else Crow does with it.
+    # ~0.7 ms, more than everything else Crow does with it.  The body goes as bytes
+    # (``content``): orjson encodes a long history several times faster than json.
     return await client.post(
         "/chat/completions",
-        body=request,
+        content=_encode(request),
         cast_to=ChatCompletion,
         stream=True,
         stream_cls=AsyncStream[object],
     )
+
+
+def _encode(request: dict[str, Any]) -> bytes:
+    import orjson
+
+    try:
+        return orjson.dumps(request)
+    except orjson.JSONEncodeError:  # a lone surrogate: json escapes it
+        return json.dumps(request).encode()
 
 
 async def _chunks(response: Any, model: str) -> AsyncIterator[Any]:

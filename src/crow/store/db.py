@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ..private import private_dir, private_file, tighten_file
 from .migrations import migrate
 
@@ -364,7 +366,16 @@ class Store:
             " ORDER BY seq",
             (session_id, session_id),
         ).fetchall()
-        return [TranscriptEntry(seq=r[0], kind=r[1], message=json.loads(r[2])) for r in rows]
+        return [TranscriptEntry(seq=r[0], kind=r[1], message=_loads(r[2])) for r in rows]
+
+
+def _loads(text: str) -> Any:
+    """JSON from the store: orjson (a long session reads its whole transcript every
+    model call), or json for what orjson refuses (an escaped lone surrogate)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _private_database(path: Path) -> None:

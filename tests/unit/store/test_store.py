@@ -174,3 +174,14 @@ async def test_the_async_store_runs_calls_in_order_off_the_loop(tmp_path):
     with pytest.raises(StoreUnavailable, match="session store failed"):
         await store.submit(store.sync.db.execute, "SELECT * FROM no_such_table")
     await store.aclose()
+
+
+def test_the_transcript_keeps_a_lone_surrogate_that_orjson_refuses(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    odd = {"role": "user", "content": "half a pair: \ud800"}
+    store.append_message("s", odd)
+    store.append_message("s", {"role": "assistant", "content": "fine"})
+    assert [e.message for e in store.transcript("s")] == [
+        odd,
+        {"role": "assistant", "content": "fine"},
+    ]
