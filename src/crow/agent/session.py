@@ -170,6 +170,17 @@ class LiveSession:
         for question in self.questions:
             question.ask(watcher)
 
+    async def ask(self, question: Question) -> Any:
+        """Put ``question`` to every watcher, and to every one that attaches while it
+        is open; the first answer's outcome (cancelling withdraws it from all)."""
+        self.questions.add(question)
+        try:
+            for watcher in list(self.watchers):
+                question.ask(watcher)
+            return await question.outcome()
+        finally:
+            self.questions.discard(question)
+
     def state_snapshot(self) -> dict[str, Any]:
         """The current foreground state, as sent after every resume."""
         update: dict[str, Any] = {"sessionUpdate": "state_update", "state": self.state}

@@ -169,12 +169,6 @@ async def _allowed_to_start(session: LiveSession, spec: McpServerSpec) -> bool:
             options=list(START_OPTIONS),
         )
     )
-    session.questions.add(question)
-    try:
-        for watcher in list(session.watchers):
-            question.ask(watcher)
-        outcome = await question.outcome()
-    finally:
-        session.questions.discard(question)
+    outcome = await session.ask(question)
     chosen = getattr(outcome, "option_id", None)
     return getattr(outcome, "outcome", None) == "selected" and chosen == "allow_once"

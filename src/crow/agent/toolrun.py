@@ -112,13 +112,9 @@ class ToolRunner:
         self.open_questions += 1
         if self.open_questions == 1:
             await session.emit({"sessionUpdate": "state_update", "state": "requires_action"})
-        session.questions.add(question)
         try:
-            for watcher in list(session.watchers):
-                question.ask(watcher)
-            outcome = await question.outcome()
+            outcome = await session.ask(question)
         finally:
-            session.questions.discard(question)
             self.open_questions -= 1
         if self.open_questions == 0:
             await session.emit({"sessionUpdate": "state_update", "state": "running"})

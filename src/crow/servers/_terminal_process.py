@@ -13,6 +13,7 @@ It does not own what is done with the output (``_terminal_output``) nor the tool
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -67,6 +68,15 @@ def _signal_name(number: int) -> str:
         return f"SIG{number}"
 
 
+#: The command waits at this gate until its group is registered with ``crow.children``:
+#: started at once, a quick command could fork a child that leaves every trace (its
+#: environment scrubbed) before the registration, and outlive a Crow killed right then.
+#: The gate reads one line (EOF: Crow died first, so nothing runs), then becomes the
+#: shell, with stdin from /dev/null as before.
+GATE = "/bin/sh"
+GATED = 'read -r _ || exit 1; exec "$0" -c "$1" </dev/null'
+
+
 class Child:
     """One ``/bin/sh -c`` process group, its output pipe read by a task into ``on_chunk``."""
 
@@ -93,18 +103,21 @@ class Child:
         # Tagged: what the command starts, even outside its group, dies with this process.
         env = children.tagged_env(os.environ)
         env["PWD"] = str(cwd)
+        if not os.access(shell, os.X_OK):  # the gate would only fail once started
+            raise FileNotFoundError(errno.ENOENT, "cannot run the shell", shell)
         proc = await asyncio.create_subprocess_exec(
-            shell,
-            "-c",
-            command,
+            *(GATE, "-c", GATED, shell, command),
             cwd=cwd,
             env=env,
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,
         )
-        children.register(proc.pid)  # no await since the spawn: nothing can come between
+        children.register(proc.pid)
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")  # registered: now the command may start
+        proc.stdin.close()
         return cls(proc, command, cwd, on_chunk)
 
     async def _read(self) -> None:
