@@ -28,6 +28,7 @@ from .client import args as client_args
 from .config import ConfigError, Paths, load_config
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 
 
 class _VersionAction(argparse.Action):
@@ -107,8 +108,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     if args.subcommand in ("run", "chat", "sessions"):
-        module = importlib.import_module(f"crow.client.{args.subcommand}")
-        result: int = module.main(args)
+        try:
+            module = importlib.import_module(f"crow.client.{args.subcommand}")
+            result: int = module.main(args)
+        except KeyboardInterrupt:  # Ctrl-C before the command's own handling (start-up)
+            print(file=sys.stderr)
+            return EXIT_INTERRUPTED
         return result
     if args.subcommand == "mcp":
         return _mcp(args.server, args.args)

@@ -320,8 +320,9 @@ class Chat:
             input=self.input,
             output=self.output,
         )
-        # Raw mode all along (prompt_toolkit nests its own): Ctrl-C is a key, never a
-        # SIGINT that the agent (in our process group) would get too; nothing echoes.
+        # Raw mode all along (prompt_toolkit nests its own): Ctrl-C is a key, not a
+        # SIGINT (the agent, in a session of its own, would not get one anyway); and
+        # nothing the user types echoes over the streaming reply.
         with self.input.raw_mode():
             while True:
                 default, self.typeahead = self.typeahead, ""

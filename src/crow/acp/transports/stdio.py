@@ -196,6 +196,11 @@ async def spawn(
 ) -> StdioTransport:
     """Start an agent subprocess; its stderr goes to ours.
 
+    The agent runs in a session of its own: Ctrl-C at a terminal signals the whole
+    foreground process group, and the client, not the agent, decides what it means
+    (``crow run`` cancels the turn).  The agent still ends with the client: its stdin
+    closes when the client exits, however it exits.
+
     Raises ConnectionError (with a one-line reason) when it cannot be started.
     """
     argv = shlex.split(command) if isinstance(command, str) else list(command)
@@ -209,6 +214,7 @@ async def spawn(
             cwd=cwd,
             env=env,
             limit=_READ_CHUNK * 2,
+            start_new_session=True,
         )
     except OSError as exc:
         raise ConnectionError(f"cannot start the agent {argv[0]!r}: {exc.strerror}") from exc

@@ -1,0 +1,70 @@
+"""``crow run`` in a real terminal: Ctrl-C is the terminal's SIGINT to the whole
+foreground process group, not a signal sent to one process.
+
+The agent ``crow run`` spawns lives in a session of its own, so the Ctrl-C reaches
+only the client: the first one cancels the turn (exit 5, the agent answers
+``cancelled``), and one during start-up leaves quietly (exit 130, no traceback).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+from fakemodel import Hang
+from serve_support import write_config
+
+TIMEOUT = 20
+
+
+@pytest.fixture
+def run(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
+    children: list[pexpect.spawn] = []
+    env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+
+    def start(*args: str) -> pexpect.spawn:
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "crow", "run", *args],
+            env=env,
+            cwd=str(tmp_path),
+            encoding="utf-8",
+            timeout=TIMEOUT,
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        if child.isalive():
+            child.close(force=True)
+
+
+def test_ctrl_c_at_the_terminal_cancels_the_turn_and_the_agent_says_so(run, scripted_model):
+    scripted_model.script(Hang())
+    child = run("wait for me")
+    scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    child.sendintr()  # the terminal's Ctrl-C: SIGINT to the foreground group
+    child.expect("cancelling")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 5, child.before  # the agent lived to answer "cancelled"
+    assert "Traceback" not in (child.before or "")
+
+
+def test_ctrl_c_during_start_up_leaves_quietly(run):
+    # An agent that never answers initialize: the Ctrl-C comes while crow run starts.
+    silent = f"{sys.executable} -c 'import sys; sys.stdin.read()'"
+    child = run("never sent", "--command", silent)
+    child.expect(pexpect.TIMEOUT, timeout=2)  # crow run is waiting for initialize
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert "Traceback" not in (child.before or ""), child.before
+    assert child.exitstatus == 130
