@@ -99,3 +99,31 @@ def notes(seen: list[dict[str, Any]]) -> list[str]:
         for u in seen
         if u["sessionUpdate"] == "agent_message" and "crow/notice" in u.get("_meta", {})
     ]
+
+
+class Terminals:
+    """``crow`` commands in real terminals (pexpect ptys); ``close`` kills what is left."""
+
+    def __init__(self, env: dict[str, str], cwd: Path, timeout: float) -> None:
+        self.env, self.cwd, self.timeout = env, cwd, timeout
+        self.children: list[Any] = []
+
+    def start(self, *args: str, dimensions: tuple[int, int] = (24, 80)) -> Any:
+        import pexpect
+
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "crow", *args],
+            env=self.env,
+            cwd=str(self.cwd),
+            dimensions=dimensions,
+            encoding="utf-8",
+            timeout=self.timeout,
+        )
+        self.children.append(child)
+        return child
+
+    def close(self) -> None:
+        for child in self.children:
+            if child.isalive():
+                child.close(force=True)

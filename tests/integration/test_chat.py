@@ -17,7 +17,7 @@ from typing import Any
 import pexpect
 import pytest
 from fakemodel import Hang, Text, ToolCalls
-from serve_support import write_config
+from serve_support import Terminals, write_config
 from test_serve_tools import probe_config
 
 TIMEOUT = 15
@@ -45,7 +45,6 @@ def prompt(child: pexpect.spawn) -> None:
 @pytest.fixture
 def chat(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
     """Start ``crow chat`` in a 40x120 terminal; every child is killed after the test."""
-    children: list[pexpect.spawn] = []
     env = dict(
         os.environ,
         TERM="xterm",
@@ -54,25 +53,15 @@ def chat(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
         CROW_HOME=str(crow_home),
     )
 
+    terminals = Terminals(env, tmp_path, TIMEOUT)
+
     def start(*args: str, configure: bool = True, **config: Any) -> pexpect.spawn:
         if configure:
             write_config(crow_home, scripted_model.base_url, **config)
-        child = pexpect.spawn(
-            sys.executable,
-            ["-m", "crow", "chat", *args],
-            env=env,
-            cwd=str(tmp_path),
-            dimensions=(40, 120),
-            encoding="utf-8",
-            timeout=TIMEOUT,
-        )
-        children.append(child)
-        return child
+        return terminals.start("chat", *args, dimensions=(40, 120))
 
     yield start
-    for child in children:
-        if child.isalive():
-            child.close(force=True)
+    terminals.close()
 
 
 def user_text(request: dict[str, Any]) -> str:

@@ -17,33 +17,18 @@ from typing import Any
 import pexpect
 import pytest
 from fakemodel import Hang
-from serve_support import write_config
+from serve_support import Terminals, write_config
 
 TIMEOUT = 20
 
 
 @pytest.fixture
 def run(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
-    children: list[pexpect.spawn] = []
     env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
     write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
-
-    def start(*args: str) -> pexpect.spawn:
-        child = pexpect.spawn(
-            sys.executable,
-            ["-m", "crow", "run", *args],
-            env=env,
-            cwd=str(tmp_path),
-            encoding="utf-8",
-            timeout=TIMEOUT,
-        )
-        children.append(child)
-        return child
-
-    yield start
-    for child in children:
-        if child.isalive():
-            child.close(force=True)
+    terminals = Terminals(env, tmp_path, TIMEOUT)
+    yield lambda *args: terminals.start("run", *args)
+    terminals.close()
 
 
 def test_ctrl_c_at_the_terminal_cancels_the_turn_and_the_agent_says_so(run, scripted_model):
