@@ -95,7 +95,7 @@ async def test_the_token_is_accepted_as_a_query_parameter(server):
 
 
 async def test_a_websocket_without_the_token_is_refused(server):
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ConnectionError, match=r"refused the token \(HTTP 401\)"):
         await connect_url(server.bare_url.replace("http://", "ws://"))
     transport = await connect_url(server.ws_url)  # the printed URL works as it is
     await transport.aclose()
@@ -203,6 +203,21 @@ def test_crow_run_and_sessions_find_the_token_in_the_runtime_file(server, script
     elsewhere = crow("sessions", "--url", server.bare_url, CROW_HOME=str(tmp_path / "other"))
     assert elsewhere.returncode == 7
     assert server.token not in elsewhere.stderr
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_crow_run_tells_a_wrong_token_a_wrong_path_and_nothing_listening_apart(server, scheme):
+    bare = server.bare_url.replace("http", scheme, 1)
+    wrong_token = crow("run", "--url", bare, "--token", "wrong", "hi")
+    wrong_path = crow("run", "--url", bare.replace("/acp", "/nope"), "hi")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        nothing = f"{scheme}://127.0.0.1:{free.getsockname()[1]}/acp"
+    nobody = crow("run", "--url", nothing, "hi")
+    assert [r.returncode for r in (wrong_token, wrong_path, nobody)] == [7, 7, 7]
+    assert "refused the token (HTTP 401): pass the server's token" in wrong_token.stderr
+    assert "nothing serves ACP at" in wrong_path.stderr and "(HTTP 404)" in wrong_path.stderr
+    assert f"nothing is listening at {nothing}" in nobody.stderr
 
 
 # ---- --no-token -----------------------------------------------------------------------------

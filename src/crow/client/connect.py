@@ -63,6 +63,9 @@ async def connect(
             await client.initialize()
         except (AcpError, ConnectionError) as exc:
             status = transport.process.returncode if getattr(transport, "process", None) else None
+            failure = getattr(transport, "failure", None)  # why an HTTP server refused
+            if failure:
+                raise AgentUnavailable(failure) from None
             detail = getattr(exc, "message", None) or str(exc) or "the connection closed"
             if status is not None:
                 detail += f" (the agent exited with status {status})"

@@ -69,6 +69,7 @@ class HttpClientTransport:
         self.streams: dict[str | None, asyncio.Task[None]] = {}
         self.request_sessions: dict[Any, str] = {}  # the agent's request id -> session
         self.closed = False
+        self.failure: str | None = None  # why the connection could not open, for people
 
     async def read_frame(self) -> bytes | None:
         return await self.inbound.get()
@@ -104,9 +105,8 @@ class HttpClientTransport:
             "POST", content=frame, headers={"Content-Type": "application/json"}
         )
         if response.status_code != 200:
-            raise ConnectionError(
-                f"initialize failed: HTTP {response.status_code} {response.text[:200]}"
-            )
+            self.failure = refused(self.url, response.status_code, response.text)
+            raise ConnectionError(self.failure)
         self.connection_id = response.headers.get("acp-connection-id")
         self.inbound.put_nowait(response.content)
         if self.connection_id is not None:
@@ -117,6 +117,9 @@ class HttpClientTransport:
 
         try:
             return await self.client.request(method, self.url, **kwargs)
+        except httpx2.ConnectError as exc:
+            self.failure = f"nothing is listening at {self.url} ({exc})"
+            raise ConnectionError(self.failure) from exc
         except httpx2.HTTPError as exc:
             raise ConnectionError(f"cannot reach {self.url}: {exc}") from exc
 
@@ -189,9 +192,10 @@ class WebSocketClientTransport:
         try:
             socket = await connect(url, additional_headers=headers, max_size=None)
         except InvalidStatus as exc:
-            raise ConnectionError(
-                f"the agent refused the WebSocket: HTTP {exc.response.status_code}"
-            ) from exc
+            body = exc.response.body.decode("utf-8", "replace") if exc.response.body else ""
+            raise ConnectionError(refused(url, exc.response.status_code, body)) from exc
+        except ConnectionRefusedError as exc:
+            raise ConnectionError(f"nothing is listening at {url} ({exc})") from exc
         except (OSError, WebSocketException) as exc:
             raise ConnectionError(f"cannot reach {url}: {exc}") from exc
         return cls(socket)
@@ -222,6 +226,18 @@ class WebSocketClientTransport:
 
 #: Statuses that mean the whole connection is unusable (as the TS SDK's client reads them).
 CONNECTION_GONE = frozenset({401, 403, 410})
+
+
+def refused(url: str, status: int, body: str) -> str:
+    """Why a server refused to open an ACP connection, and what to do, in one line."""
+    if status == 401:
+        return (
+            f"{url} refused the token (HTTP 401): pass the server's token with --token or "
+            "CROW_TOKEN, or use the URL with ?token= that crow serve --http printed"
+        )
+    if status == 404:
+        return f"nothing serves ACP at {url} (HTTP 404): crow serve --http serves the path /acp"
+    return f"{url} refused the connection: HTTP {status} {body.strip()[:200]}".rstrip()
 
 
 def _refusal(message: Any, session: str | None, status: int, body: str) -> Any:

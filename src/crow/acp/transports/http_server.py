@@ -636,6 +636,10 @@ def _rpc_error(status: int, code: int, message: str) -> Response:
 async def _reply(scope: Scope, receive: Receive, send: Send, response: Response) -> None:
     if scope["type"] == "websocket":
         websocket = WebSocket(scope, receive, send)
+        if "websocket.http.response" in scope.get("extensions", {}):
+            # The refusal's own status (401, 403, 404) and body, not a bare 403.
+            await websocket.send_denial_response(response)
+            return
         await websocket.close(code=1008, reason=_reason(response))
         return
     await response(scope, receive, send)
