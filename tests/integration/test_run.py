@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -61,6 +62,19 @@ def test_each_stop_reason_has_its_exit_code_and_one_line(configured, reply, code
     assert result.returncode == code
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("crow: ") and says in last
+
+
+def test_an_unreachable_model_server_is_named_once_with_what_to_do(crow_home):
+    with socket.socket() as free:  # a port nothing listens on
+        free.bind(("127.0.0.1", 0))
+        url = f"http://user:secret@127.0.0.1:{free.getsockname()[1]}/v1"
+    write_config(crow_home, url)
+    result = crow("run", "hi")
+    assert result.returncode == 1
+    said = [line for line in result.stderr.splitlines() if "cannot reach" in line]
+    assert len(said) == 1, result.stderr  # not once per layer
+    assert f"at http://***@127.0.0.1:{url.rsplit(':', 1)[1]}" in said[0]
+    assert "OPENAI_BASE_URL" in said[0] and "secret" not in result.stderr
 
 
 def test_max_turn_requests_has_its_own_code(configured):

@@ -68,7 +68,7 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
             session = await client.resume_session(args.session, cwd, replay=False)
         else:
             session = await client.new_session(cwd)
-        renderer = _attach_output(client, session, json_lines=args.json)
+        renderer, notes = _attach_output(client, session, json_lines=args.json)
         turn = await session.prompt(prompt)
         interrupted = await _wait(session, turn, asker)
         if interrupted:
@@ -85,12 +85,19 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
     stop = turn.stop_reason or "end_turn"
     if stop != "end_turn":
         error = getattr(turn.error, "message", None)
-        print(f"crow: {error or MESSAGES.get(stop, f'the turn ended: {stop}')}", file=sys.stderr)
+        if not (error and any(error in note for note in notes)):  # said once is enough
+            reason = error or MESSAGES.get(stop, f"the turn ended: {stop}")
+            print(f"crow: {reason}", file=sys.stderr)
     return EXIT.get(stop, 1)
 
 
-def _attach_output(client: ClientSide, session: Session, *, json_lines: bool) -> TextRenderer:
+def _attach_output(
+    client: ClientSide, session: Session, *, json_lines: bool
+) -> tuple[TextRenderer, list[str]]:
+    """Render the session's updates; returns the renderer and the lines written to
+    stderr about them (notes included)."""
     renderer = TextRenderer(session.projection, sys.stdout)
+    shown: list[str] = []
 
     def on_update(session_id: str, update: Any) -> None:
         if session_id != session.id:
@@ -106,9 +113,10 @@ def _attach_output(client: ClientSide, session: Session, *, json_lines: bool) ->
             if not json_lines and not renderer.ends_with_newline:
                 sys.stdout.flush()
             print(note, file=sys.stderr, flush=True)
+            shown.append(note)
 
     client.on_update(on_update)
-    return renderer
+    return renderer, shown
 
 
 async def _wait(session: Session, turn: Any, asker: PermissionAsker) -> bool:

@@ -74,7 +74,8 @@ class ModelClient:
 
         Raises ModelError; ModelStreamBroken if it fails after yielding output.
         """
-        client = self._client(self.config.providers[spec.provider])
+        provider = self.config.providers[spec.provider]
+        client = self._client(provider)
         request: dict[str, Any] = {
             "model": spec.model_id,
             "messages": messages,
@@ -88,7 +89,7 @@ class ModelClient:
         finish_reason = None
         usage = None
         try:
-            with translate_errors(spec.name), _transport_errors(spec.name):
+            with translate_errors(spec.name, provider.base_url), _transport_errors(spec.name):
                 stream = await _post_stream(client, request)
                 async for chunk in _chunks(stream.response, spec.name):
                     if not isinstance(chunk, dict):

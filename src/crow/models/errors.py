@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from ..redact import redact
+from ..redact import redact, redact_url
 
 __all__ = [
     "ContextLengthExceeded",
@@ -84,8 +84,10 @@ def _message(exc: Any) -> str:
 
 
 @contextlib.contextmanager
-def translate_errors(model: str) -> Iterator[None]:
-    """Map ``openai`` (and transport) exceptions to ``ModelError``s, most specific first."""
+def translate_errors(model: str, base_url: str = "") -> Iterator[None]:
+    """Map ``openai`` (and transport) exceptions to ``ModelError``s, most specific first.
+
+    ``base_url`` is named when the server cannot be reached, with what to do."""
     import openai  # deferred: importing openai costs ~0.4 s of start-up
 
     try:
@@ -93,8 +95,11 @@ def translate_errors(model: str) -> Iterator[None]:
     except openai.APITimeoutError as exc:  # a subclass of APIConnectionError: first
         raise ModelUnreachable(f"{model}: the request timed out", model=model) from exc
     except openai.APIConnectionError as exc:
+        where = f" at {redact_url(base_url)}" if base_url else ""
         raise ModelUnreachable(
-            f"{model}: cannot reach the model server ({_message(exc)})", model=model
+            f"{model}: cannot reach the model server{where} ({_message(exc)}): start it, or "
+            "point Crow at another (OPENAI_BASE_URL, or base_url in config.toml)",
+            model=model,
         ) from exc
     except openai.APIStatusError as exc:
         status, text = exc.status_code, _message(exc)

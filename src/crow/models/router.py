@@ -63,7 +63,9 @@ class ModelRouter:
                 raise
             except ModelError as exc:
                 failures.append(exc.message)
-                log.warning("model %s failed: %s", spec.name, exc.message)
+                # INFO: the user hears of it from the turn (a note, its error); a
+                # warning on stderr would say it once more.  crow.log keeps it.
+                log.info("model %s failed: %s", spec.name, exc.message)
                 if position + 1 == len(chain):
                     exc.message = "; ".join(failures)
                     raise
