@@ -2,6 +2,7 @@
 
     python bench/http_bench.py [--clients 100] [--prompts 10] [--chunks 10]
                                [--only crow,crow-echo,ts-echo] [--transports http,ws]
+                               [--rates 0,50]
 
 Servers, each in its own process, measured one after another in the same run:
 
@@ -15,7 +16,10 @@ Servers, each in its own process, measured one after another in the same run:
 
 The load comes from ``bench/http_load.py`` in a separate process (raw sockets, no
 validation): each client opens a connection and a session, warms up with one
-prompt, then sends its prompts one after another.  Reported: prompts/s,
+prompt, then sends its prompts: for rate 0 one after another (a closed loop: the
+throughput; latency is then mostly queueing), for another rate on a fixed
+schedule that offers that many prompts/s in all (an open loop: the latency a
+client sees at that load).  Reported: prompts/s,
 session/update events/s, p50/p99/max of prompt -> idle, and the server's peak
 RSS (for ts-echo, the HTTP server process only, not its agent children).
 """
@@ -23,6 +27,7 @@ RSS (for ts-echo, the HTTP server process only, not its agent children).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -72,11 +77,11 @@ def stop(process: subprocess.Popen[Any]) -> None:
         process.wait()
 
 
-def run_load(url: str, clients: int, prompts: int) -> dict[str, float]:
+def run_load(url: str, clients: int, prompts: int, rate: float) -> dict[str, float]:
     result = subprocess.run(
         [
             *(sys.executable, str(ROOT / "bench" / "http_load.py"), url),
-            *("--clients", str(clients), "--prompts", str(prompts)),
+            *("--clients", str(clients), "--prompts", str(prompts), "--rate", str(rate)),
         ],
         capture_output=True,
         text=True,
@@ -113,6 +118,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10)
     parser.add_argument("--only", default="crow,crow-echo,ts-echo")
     parser.add_argument("--transports", default="http,ws")
+    parser.add_argument("--rates", default="0,50", help="offered prompts/s; 0: closed loop")
     args = parser.parse_args()
     model = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / "zero_model.py"), "--chunks", str(args.chunks)],
@@ -130,11 +136,15 @@ def main() -> None:
                     continue
                 server, url = start(command, env)
                 try:
-                    for transport in args.transports.split(","):
+                    for transport, rate in itertools.product(
+                        args.transports.split(","), map(float, args.rates.split(","))
+                    ):
                         target = url if transport == "http" else url.replace("http", "ws", 1)
-                        r = run_load(target, args.clients, args.prompts)
+                        r = run_load(target, args.clients, args.prompts, rate)
+                        offered = f"at {rate:4.0f}/s" if rate else "closed  "
                         print(
-                            f"  {name:9} {transport:4} {r['prompts_per_s']:7.0f} prompts/s "
+                            f"  {name:9} {transport:4} {offered} "
+                            f"{r['prompts_per_s']:7.0f} prompts/s "
                             f"{r['updates_per_s']:8.0f} events/s  p50 {r['p50_ms']:7.1f} ms  "
                             f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms",
                             flush=True,

@@ -1,13 +1,20 @@
 """A lean load generator for ACP over streamable HTTP + SSE or WebSocket.
 
-    python bench/http_load.py URL [--clients 100] [--prompts 10] [--warmup 1] [--ws]
+    python bench/http_load.py URL [--clients 100] [--prompts 10] [--warmup 1]
+                              [--rate PROMPTS_PER_S]
 
 Each client opens its own connection and session, then sends its prompts one
 after another and times each from the prompt's POST (or frame) to the idle
-``state_update`` that ends its turn.  It measures servers, not clients: raw
-asyncio sockets for HTTP (keep-alive POSTs, chunked SSE, no JSON parsing of
-updates: a byte search for ``"state":"running"`` then ``"state":"idle"``), the
-``websockets`` client without compression for WebSocket.  Prints one JSON line:
+``state_update`` that ends its turn.  That is a closed loop: it finds the
+server's throughput, and the latency then is mostly queueing (clients / rate).
+``--rate`` makes it open: all clients together offer that many prompts per
+second, each client on its own schedule, and each prompt is timed from when it
+was due, so a server that falls behind is charged for the wait.
+
+It measures servers, not clients: raw asyncio sockets for HTTP (keep-alive
+POSTs, chunked SSE, no JSON parsing of updates: a byte search for
+``"state":"running"`` then ``"state":"idle"``), the ``websockets`` client
+without compression for WebSocket.  Prints one JSON line:
 prompts, seconds, prompts_per_s, updates_per_s, p50_ms, p99_ms, max_ms.
 Run it in its own process, away from the server it measures.
 """
@@ -213,19 +220,35 @@ async def ready_client(url: str, warmup: int) -> Any:
     return client
 
 
-async def timed_turns(client: Any, prompts: int, latencies: list[float]) -> None:
+async def timed_turns(
+    client: Any, prompts: int, latencies: list[float], interval: float = 0.0, phase: float = 0.0
+) -> None:
+    """Closed loop (``interval`` 0): back to back.  Open: one prompt every
+    ``interval`` seconds from ``phase``, each timed from when it was due."""
+    due = time.perf_counter() + phase
     for _ in range(prompts):
-        started = time.perf_counter()
+        if interval:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        started = due if interval else time.perf_counter()
         await client.turn()
         latencies.append(time.perf_counter() - started)
+        due += interval
 
 
-async def load(url: str, clients: int, prompts: int, warmup: int) -> dict[str, float]:
+async def load(
+    url: str, clients: int, prompts: int, warmup: int, rate: float = 0.0
+) -> dict[str, float]:
     """Connect every client (and warm up) first, then time the prompts alone."""
     ready = await asyncio.gather(*(ready_client(url, warmup) for _ in range(clients)))
     latencies: list[float] = []
+    interval = clients / rate if rate else 0.0
     started = time.perf_counter()
-    await asyncio.gather(*(timed_turns(client, prompts, latencies) for client in ready))
+    await asyncio.gather(
+        *(
+            timed_turns(client, prompts, latencies, interval, interval * n / clients)
+            for n, client in enumerate(ready)
+        )
+    )
     elapsed = time.perf_counter() - started
     latencies.sort()
     return {
@@ -245,8 +268,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=1, help="untimed prompts per client first")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="prompts/s offered by all clients (0: closed loop)"
+    )
     args = parser.parse_args()
-    result = asyncio.run(load(args.url, args.clients, args.prompts, args.warmup))
+    result = asyncio.run(load(args.url, args.clients, args.prompts, args.warmup, args.rate))
     print(json.dumps(result), flush=True)
 
 

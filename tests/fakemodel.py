@@ -148,6 +148,10 @@ class ScriptedModel:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self.requests: list[dict[str, Any]] = []
+        #: The HTTP headers of each request in ``requests``, names in lower case.
+        self.headers: list[dict[str, str]] = []
+        #: The client's port for each request: the same port, the same connection.
+        self.ports: list[int] = []
         self.disconnects = 0
         self.errors: list[BaseException] = []  # unexpected handler failures, kept quiet
         self._server = _Server(self)
@@ -221,10 +225,12 @@ class ScriptedModel:
 
     # -- called from handler threads -----------------------------------------------------
 
-    def _record(self, body: dict[str, Any]) -> Reply | None:
+    def _record(self, body: dict[str, Any], headers: dict[str, str], port: int) -> Reply | None:
         """Record a chat-completions request, then take the reply for it."""
         with self._changed:
             self.requests.append(body)
+            self.headers.append(headers)
+            self.ports.append(port)
             self._changed.notify_all()
             return self._fifo.popleft() if self._fifo else self._default
 
@@ -372,7 +378,8 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self._error(Error(status=400, message=f"bad JSON body: {exc}", type="invalid_request"))
             return
-        reply = self._model._record(body)
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        reply = self._model._record(body, headers, self.client_address[1])
         if reply is None:
             self._send_json(500, {"error": {"message": "no scripted reply"}})
             return

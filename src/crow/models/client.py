@@ -27,9 +27,8 @@ __all__ = ["ModelClient"]
 
 #: Seconds to open a connection to a model server.
 CONNECT_TIMEOUT_S = 10.0
-#: Connections to one model server at once, and how many of them stay open idle.
+#: Connections to one model server at once.
 MAX_CONNECTIONS = 1000
-MAX_IDLE_CONNECTIONS = 16
 
 
 class ModelClient:
@@ -50,6 +49,8 @@ class ModelClient:
         if client is None:
             import openai
 
+            from .transport import AiohttpTransport
+
             key = (os.environ.get(provider.api_key_env) if provider.api_key_env else None) or (
                 provider.api_key or "not-needed"  # local servers ignore the key
             )
@@ -59,7 +60,9 @@ class ModelClient:
                 api_key=key,
                 max_retries=0,
                 timeout=openai.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout)),
-                http_client=openai.DefaultAsyncHttpxClient(limits=_pool_limits()),
+                http_client=openai.DefaultAsyncHttpxClient(
+                    transport=AiohttpTransport(max_connections=MAX_CONNECTIONS)
+                ),
             )
         return client
 
@@ -119,17 +122,6 @@ class ModelClient:
                 f"{spec.name}: the reply ended without a finish reason", model=spec.name
             )
         yield Finished(finish_reason=finish_reason, model=spec.name, usage=usage)
-
-
-def _pool_limits() -> Any:
-    """Few idle keep-alive connections: the pool probes every idle one each time
-    a request starts or ends, which at 100 concurrent turns cost more than the
-    loopback connects it saves (bench/http_bench.py)."""
-    import httpx2
-
-    return httpx2.Limits(
-        max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_IDLE_CONNECTIONS
-    )
 
 
 async def _post_stream(client: Any, request: dict[str, Any]) -> Any:
@@ -231,6 +223,10 @@ class _transport_errors:
             return
         import httpx2
 
+        if isinstance(exc, httpx2.TimeoutException):
+            raise ModelUnreachable(
+                f"{self.model}: the model server stopped sending (timed out)", model=self.model
+            ) from exc
         if isinstance(exc, (httpx2.HTTPError, OSError)):
             raise ModelUnreachable(
                 f"{self.model}: the connection failed ({redact(str(exc))})", model=self.model

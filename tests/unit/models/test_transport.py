@@ -1,0 +1,104 @@
+"""Model calls over the aiohttp transport: what each failure becomes, and what is sent."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+from pathlib import Path
+
+import pytest
+from fakemodel import Drop, Hang, Text
+
+from crow.config import Config as CrowConfig
+from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy
+from crow.models.client import ModelClient
+from crow.models.errors import ModelStreamBroken, ModelUnreachable
+from crow.models.events import Finished, TextDelta
+
+SPEC = ModelSpec(name="m", provider="p", model_id="id-m", capabilities=frozenset({"tools"}))
+
+
+def client(base_url: str, timeout: float = 5.0) -> ModelClient:
+    return ModelClient(
+        CrowConfig(
+            paths=Paths(home=Path("/nonexistent")),
+            providers={"p": ProviderSpec(name="p", base_url=base_url, api_key="sk-test")},
+            models={"m": SPEC},
+            chain=("m",),
+            retry=RetryPolicy(attempts=1, backoff_s=0.01, timeout_s=timeout),
+        )
+    )
+
+
+async def events(model: ModelClient) -> list:
+    try:
+        async with asyncio.timeout(10):
+            return [e async for e in model.stream(SPEC, [{"role": "user", "content": "hi"}])]
+    finally:
+        await model.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        return int(free.getsockname()[1])
+
+
+async def test_a_reply_streams_and_the_key_is_sent_as_bearer(scripted_model):
+    scripted_model.script(Text(text="one two three", chunks=3))
+    got = await events(client(scripted_model.base_url))
+    assert "".join(e.text for e in got if isinstance(e, TextDelta)) == "one two three"
+    assert isinstance(got[-1], Finished)
+    assert scripted_model.headers[0]["authorization"] == "Bearer sk-test"
+
+
+async def test_connections_are_kept_alive_between_calls(scripted_model):
+    scripted_model.script(Text(text="a"), Text(text="b"))
+    model = client(scripted_model.base_url)
+    for _ in range(2):
+        async for _event in model.stream(SPEC, [{"role": "user", "content": "hi"}]):
+            pass
+    await model.aclose()
+    first, second = scripted_model.ports
+    assert first == second
+
+
+async def test_a_refused_connection_is_unreachable_not_a_timeout():
+    with pytest.raises(ModelUnreachable) as info:
+        await events(client(f"http://127.0.0.1:{free_port()}/v1"))
+    assert "cannot reach the model server" in info.value.message
+    assert "timed out" not in info.value.message
+
+
+async def test_a_server_that_stops_sending_times_out(scripted_model):
+    scripted_model.script(Hang())
+    with pytest.raises(ModelUnreachable) as info:
+        await events(client(scripted_model.base_url, timeout=0.5))
+    assert "timed out" in info.value.message
+    scripted_model.wait_for_disconnects(1)
+
+
+async def test_a_dropped_stream_after_output_is_broken(scripted_model):
+    scripted_model.script(Drop(after_chunks=2))
+    with pytest.raises(ModelStreamBroken):
+        await events(client(scripted_model.base_url))
+
+
+async def test_credentials_in_the_base_url_go_as_basic_auth(scripted_model):
+    scripted_model.script(Text(text="ok"))
+    url = scripted_model.base_url.replace("http://", "http://user:pa%20ss@", 1)
+    got = await events(client(url))
+    assert isinstance(got[-1], Finished)
+    expected = base64.b64encode(b"user:pa ss").decode()
+    assert scripted_model.headers[0]["authorization"] == f"Basic {expected}"
+
+
+async def test_leaving_a_stream_early_closes_its_connection(scripted_model):
+    scripted_model.script(Text(text="x" * 50, chunks=50, delay_s=0.05))
+    model = client(scripted_model.base_url)
+    async for event in model.stream(SPEC, [{"role": "user", "content": "hi"}]):
+        if isinstance(event, TextDelta):
+            break
+    await model.aclose()
+    scripted_model.wait_for_disconnects(1)
