@@ -162,6 +162,16 @@ class HttpClient:
             status, _, _ = await self.posts.request("POST", self.path, headers, body)
         assert status == 202, status
 
+    async def finish(self) -> None:
+        """End the connection (DELETE), as a client that is done does."""
+        headers = {"Acp-Connection-Id": self.connection}
+        try:
+            await self.posts.request("DELETE", self.path, headers)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the server has closed it already
+        for http in (self.posts, self.events.http):
+            http.close()
+
     async def turn(self) -> None:
         self.next_id += 1
         await self.post(
@@ -195,6 +205,9 @@ class WsClient:
                 self.session = json.loads(message)["result"]["sessionId"]
                 break
         self.next_id = 3
+
+    async def finish(self) -> None:
+        await self.socket.close()
 
     async def turn(self) -> None:
         self.next_id += 1
@@ -250,6 +263,7 @@ async def load(
         )
     )
     elapsed = time.perf_counter() - started
+    await asyncio.gather(*(client.finish() for client in ready))
     latencies.sort()
     return {
         "prompts": len(latencies),

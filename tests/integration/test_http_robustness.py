@@ -22,7 +22,7 @@ from fakemodel import Text
 from serve_support import write_config
 from test_serve_http import HttpServer
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from crow.acp import ClientSide, schema
 from crow.acp.errors import AcpError
@@ -235,6 +235,15 @@ def test_an_idle_connection_expires_and_frees_its_slot(start):
     for connection in (first, second):
         expired = post(server.url, rpc(2, "session/list"), **{"Acp-Connection-Id": connection})
         assert expired.status_code == 410 and "expired" in expired.json()["error"]
+
+
+async def test_a_websocket_past_the_connection_limit_is_told_503(start):
+    server = start(max_connections=1)
+    async with asyncio.timeout(20), connect(server.ws_url, max_size=None):
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(server.ws_url, max_size=None)
+    assert refused.value.response.status_code == 503
+    assert b"too many connections" in refused.value.response.body
 
 
 def test_a_connection_with_an_open_stream_does_not_expire(start):

@@ -524,8 +524,8 @@ class AcpHttpApp:
     # ---- WebSocket ------------------------------------------------------------------
     async def _websocket(self, websocket: WebSocket) -> None:
         opened = self._open(websocket=True)
-        if isinstance(opened, Response):
-            await websocket.close(code=1013, reason="too many connections")
+        if isinstance(opened, Response):  # 503: too many connections
+            await _refuse_websocket(websocket, opened)
             return
         await websocket.accept(headers=[(b"acp-connection-id", opened.id.encode())])
         stream = opened.stream(None)
@@ -635,14 +635,19 @@ def _rpc_error(status: int, code: int, message: str) -> Response:
 
 async def _reply(scope: Scope, receive: Receive, send: Send, response: Response) -> None:
     if scope["type"] == "websocket":
-        websocket = WebSocket(scope, receive, send)
-        if "websocket.http.response" in scope.get("extensions", {}):
-            # The refusal's own status (401, 403, 404) and body, not a bare 403.
-            await websocket.send_denial_response(response)
-            return
-        await websocket.close(code=1008, reason=_reason(response))
+        await _refuse_websocket(WebSocket(scope, receive, send), response)
         return
     await response(scope, receive, send)
+
+
+async def _refuse_websocket(websocket: WebSocket, response: Response) -> None:
+    """Refuse an upgrade with the refusal's own status (401, 403, 404, 503) and body,
+    where the server can send them; else close with its reason (a bare 403)."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(response)
+        return
+    code = 1013 if response.status_code == 503 else 1008  # 1013: try again later
+    await websocket.close(code=code, reason=_reason(response))
 
 
 def _reason(response: Response) -> str:
