@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import time
@@ -165,10 +166,8 @@ class HttpClient:
     async def finish(self) -> None:
         """End the connection (DELETE), as a client that is done does."""
         headers = {"Acp-Connection-Id": self.connection}
-        try:
-            await self.posts.request("DELETE", self.path, headers)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the server has closed it already
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            await self.posts.request("DELETE", self.path, headers)  # unless already closed
         for http in (self.posts, self.events.http):
             http.close()
 
