@@ -77,6 +77,23 @@ def test_an_unreachable_model_server_is_named_once_with_what_to_do(crow_home):
     assert "OPENAI_BASE_URL" in said[0] and "secret" not in result.stderr
 
 
+def test_model_and_base_url_pick_the_model_without_a_config(crow_home, scripted_model):
+    scripted_model.script(Text(text="from the flags"))
+    result = crow("run", "--model", "m-flag", "--base-url", scripted_model.base_url, "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "from the flags\n"
+    assert scripted_model.requests[0]["model"] == "m-flag"
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+@pytest.mark.parametrize("other", [["--url", "http://127.0.0.1:9/acp"], ["--command", "x"]])
+def test_model_flags_do_not_apply_to_another_agent(crow_home, command, other):
+    args = [command, "--model", "m", *other] + (["hi"] if command == "run" else [])
+    result = crow(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("crow: --model and --base-url apply to")
+
+
 def test_max_turn_requests_has_its_own_code(configured):
     configured(extra=probe_config(), max_steps=2).set_default(
         ToolCalls(calls=[("probe__echo", {"text": "again"})])

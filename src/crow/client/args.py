@@ -62,9 +62,13 @@ def _server_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _agent_options(parser: argparse.ArgumentParser, *, session_help: str) -> None:
-    """Which agent to talk to (spawned or attached) and in which session."""
+    """Which agent to talk to (spawned or attached), its model, and which session."""
     parser.add_argument("--command", help="another ACP v2 agent to run (default: crow serve)")
     _server_options(parser)
+    parser.add_argument("--model", help="the model (a configured name, or a model id)")
+    parser.add_argument(
+        "--base-url", help="an OpenAI-compatible endpoint for it, e.g. http://host:8000/v1"
+    )
     parser.add_argument("--cwd", help="the session's directory (default: the current one)")
     parser.add_argument("--session", help=session_help)
 
@@ -90,3 +94,25 @@ def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cwd", help="list only the sessions of this directory")
     parser.add_argument("--command", help="another ACP v2 agent to ask (default: crow serve)")
     _server_options(parser)
+
+
+def serve_options(args: argparse.Namespace) -> list[str]:
+    """``crow serve`` options for the agent this command starts (--model, --base-url)."""
+    options = []
+    if args.model:
+        options += ["--model", args.model]
+    if args.base_url:
+        options += ["--base-url", args.base_url]
+    return options
+
+
+def misused_model_options(args: argparse.Namespace) -> str | None:
+    """Why --model/--base-url cannot apply, if they cannot: they configure the
+    ``crow serve`` this command starts, not another agent or a running server."""
+    if not serve_options(args):
+        return None
+    if args.url:
+        return "--model and --base-url apply to the agent crow starts, not to --url"
+    if args.command:
+        return "--model and --base-url apply to crow serve, not to --command"
+    return None

@@ -29,13 +29,14 @@ from prompt_toolkit.output import Output, create_output
 from crow.acp import AcpError, ClientSide, Message, Session, ToolCall, schema
 from crow.config import Paths
 
+from .args import misused_model_options, serve_options
 from .asking import CANCELLED, _choose, _selected
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, is_note
 
 __all__ = ["main"]
 
-EXIT_CONNECTION, EXIT_INTERRUPTED = 7, 130
+EXIT_USAGE, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 7, 130
 PROMPT = "you> "
 CONTINUATION = "  .. "
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -45,6 +46,9 @@ ERASE = "\r\x1b[K"
 
 
 def main(args: argparse.Namespace) -> int:
+    if misuse := misused_model_options(args):
+        print(f"crow: {misuse}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         return asyncio.run(_chat(args))
     except AgentUnavailable as exc:
@@ -62,7 +66,11 @@ async def _chat(args: argparse.Namespace) -> int:
     screen = Screen(sys.stdout, sys.stderr)
     chat = Chat(screen)
     async with connect(
-        args.command, url=args.url, token=args.token, on_permission=chat.answer
+        args.command,
+        url=args.url,
+        token=args.token,
+        on_permission=chat.answer,
+        serve_options=serve_options(args),
     ) as client:
         if args.session:
             cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -28,9 +28,9 @@ class AgentUnavailable(Exception):
     """The agent could not be started, or does not speak ACP v2."""
 
 
-def default_command() -> list[str]:
+def default_command(options: Sequence[str] = ()) -> list[str]:
     """This Python's ``crow serve``: the agent the line client uses by default."""
-    return [sys.executable, "-m", "crow", "serve"]
+    return [sys.executable, "-m", "crow", "serve", *options]
 
 
 @contextlib.asynccontextmanager
@@ -40,13 +40,15 @@ async def connect(
     url: str | None = None,
     token: str | None = None,
     on_permission: Any = None,
+    serve_options: Sequence[str] = (),
 ) -> AsyncIterator[ClientSide]:
     """An initialized client connected to the agent: spawned from ``command`` (default
-    ``crow serve``) or reached at ``url``; closed (and a spawned agent ended) after.
+    ``crow serve`` with ``serve_options``) or reached at ``url``; closed (and a
+    spawned agent ended) after.
 
     Without ``token``, the one in ``url`` (``?token=``) or else the one a live local
     ``crow serve --http`` at that address wrote to its runtime file is sent."""
-    argv = shlex.split(command) if command else default_command()
+    argv = shlex.split(command) if command else default_command(serve_options)
     if url and not token and split_token(url)[1] is None:
         token = runtime_file.find_token(Paths.from_env().run, url)
     transport: Any

@@ -15,6 +15,7 @@ from typing import Any
 
 from crow.acp import AcpError, ClientSide, Session
 
+from .args import misused_model_options, serve_options
 from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity
@@ -40,6 +41,9 @@ MESSAGES = {
 
 
 def main(args: argparse.Namespace) -> int:
+    if misuse := misused_model_options(args):
+        print(f"crow: {misuse}", file=sys.stderr)
+        return EXIT_USAGE
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
         print("crow: the prompt is empty", file=sys.stderr)
@@ -63,7 +67,13 @@ def main(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
-    async with connect(args.command, url=args.url, token=args.token, on_permission=asker) as client:
+    async with connect(
+        args.command,
+        url=args.url,
+        token=args.token,
+        on_permission=asker,
+        serve_options=serve_options(args),
+    ) as client:
         if args.session:
             session = await client.resume_session(args.session, cwd, replay=False)
         else:
