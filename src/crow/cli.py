@@ -138,6 +138,12 @@ def _serve(args: argparse.Namespace) -> int:
     register_config_secrets(config)  # their values are masked in every log line
     if args.http:
         return _serve_http(config, args)
+    if sys.stdin.isatty():  # a person, not an editor: say what this is (stderr)
+        print(
+            "crow: speaking ACP on stdin/stdout, for editors and ACP clients; "
+            "to talk with Crow yourself, run crow chat (Ctrl-D leaves this)",
+            file=sys.stderr,
+        )
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve import serve_stdio  # not needed for --help
 

@@ -9,6 +9,7 @@ only the client: the first one cancels the turn (exit 5, the agent answers
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,3 +54,26 @@ def test_ctrl_c_during_start_up_leaves_quietly(run):
     child.close()
     assert "Traceback" not in (child.before or ""), child.before
     assert child.exitstatus == 130
+
+
+def test_crow_serve_at_a_terminal_says_what_it_is_and_leaves_on_ctrl_d(
+    crow_home: Path, tmp_path: Path
+) -> None:
+    env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
+    terminals = Terminals(env, tmp_path, TIMEOUT)
+    try:
+        child = terminals.start("serve")
+        child.expect("speaking ACP on stdin/stdout")
+        child.expect("run crow chat")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    finally:
+        terminals.close()
+
+
+def test_crow_serve_from_a_pipe_says_nothing(crow_home: Path) -> None:
+    command = [sys.executable, "-m", "crow", "serve"]
+    done = subprocess.run(command, input="", capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout == "" and "crow chat" not in done.stderr
