@@ -94,6 +94,28 @@ def test_model_flags_do_not_apply_to_another_agent(crow_home, command, other):
     assert result.stderr.startswith("crow: --model and --base-url apply to")
 
 
+def test_an_unknown_session_has_its_own_code(configured):
+    result = crow("run", "--session", "sess_bogus", "hi")
+    assert result.returncode == 9
+    assert result.stderr.strip().splitlines()[-1] == (
+        "crow: no session sess_bogus (crow sessions lists them)"
+    )
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_missing_cwd_and_a_broken_config_are_usage_errors(crow_home, command):
+    prompt = ["hi"] if command == "run" else []
+    missing = crow(command, "--cwd", "/nonexistent/dir", *prompt)
+    assert missing.returncode == 2
+    assert missing.stderr == "crow: --cwd /nonexistent/dir is not an existing directory\n"
+    crow_home.mkdir(parents=True, exist_ok=True)
+    (crow_home / "config.toml").write_text("[model\n")
+    broken = crow(command, *prompt)
+    assert broken.returncode == 2
+    assert "config.toml: (file): expected valid TOML" in broken.stderr
+    assert "did not start" not in broken.stderr
+
+
 def test_max_turn_requests_has_its_own_code(configured):
     configured(extra=probe_config(), max_steps=2).set_default(
         ToolCalls(calls=[("probe__echo", {"text": "again"})])

@@ -19,20 +19,20 @@ __all__ = [
     "add_sessions_arguments",
 ]
 
-RUN_HELP = """``crow run "prompt"``: one prompt, the reply on stdout, the outcome in the exit code.
+RUN_HELP = """crow run "prompt": one prompt, the reply on stdout, the outcome in the exit code.
 
     0 end_turn   1 error   2 usage   3 refusal   4 max_tokens   5 cancelled
     6 a permission was needed (pass --yes or --no)   7 protocol or connection failure
-    8 max_turn_requests
+    8 max_turn_requests   9 --session names no session
 
-stdout carries the agent's reply (or, with ``--json``, every ``session/update``
+stdout carries the agent's reply (or, with --json, every session/update
 as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
 short lines.  Ctrl-C cancels the turn; a second Ctrl-C leaves at once."""
-CHAT_HELP = """``crow chat``: a line REPL on the client role, for people at a terminal.
+CHAT_HELP = """crow chat: a line REPL on the client role, for people at a terminal.
 
     Enter                    send the prompt
-    Alt-Enter, Esc Enter     a new line (so does a line that ends with ``\\``)
-    Tab                      complete the agent's slash commands (``/help`` lists them)
+    Alt-Enter, Esc Enter     a new line (so does a line that ends with "\\")
+    Tab                      complete the agent's slash commands (/help lists them)
     Up, Down                 the input history ($CROW_HOME/history)
     Ctrl-C                   cancel the running turn; a second one leaves
     Ctrl-C (empty prompt)    leave; on a line with text it clears the line
@@ -41,9 +41,9 @@ CHAT_HELP = """``crow chat``: a line REPL on the client role, for people at a te
 The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
 notes go to stderr as short lines, and a small spinner on stderr says the
 agent is working while nothing is being written.  A turn that ends other than
-with ``end_turn`` says so in one line, such as ``[cancelled]``.  With
-``--session ID`` the session's history is replayed first."""
-SESSIONS_HELP = """``crow sessions``: list, show (the replayed conversation as text), delete.
+with end_turn says so in one line, such as [cancelled].  With
+--session ID the session's history is replayed first."""
+SESSIONS_HELP = """crow sessions: list, show (the replayed conversation as text), delete.
 
 crow sessions [list] [--cwd DIR]
 crow sessions show ID
@@ -106,13 +106,25 @@ def serve_options(args: argparse.Namespace) -> list[str]:
     return options
 
 
-def misused_model_options(args: argparse.Namespace) -> str | None:
-    """Why --model/--base-url cannot apply, if they cannot: they configure the
-    ``crow serve`` this command starts, not another agent or a running server."""
-    if not serve_options(args):
-        return None
-    if args.url:
-        return "--model and --base-url apply to the agent crow starts, not to --url"
-    if args.command:
-        return "--model and --base-url apply to crow serve, not to --command"
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line (exit 2), found before any agent starts:
+    --model/--base-url where they cannot apply, a --cwd that is not a directory,
+    or a config.toml the crow serve it would start cannot load."""
+    if serve_options(args) and (args.url or args.command):
+        other = "--url" if args.url else "--command"
+        return f"--model and --base-url apply to the crow serve crow starts, not to {other}"
+    if args.cwd and not os.path.isdir(args.cwd):
+        return f"--cwd {args.cwd} is not an existing directory"
+    if not (args.url or args.command):
+        from crow.config import ConfigError, Paths, load_config
+
+        try:
+            load_config(Paths.from_env(), model=args.model, base_url=args.base_url)
+        except ConfigError as exc:
+            return str(exc)
     return None
+
+
+def no_such_session(exc: BaseException, session: str | None) -> bool:
+    """The agent answered ``--session`` with -32002: there is no such session."""
+    return bool(session) and getattr(exc, "code", None) == -32002

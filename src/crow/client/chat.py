@@ -29,14 +29,14 @@ from prompt_toolkit.output import Output, create_output
 from crow.acp import AcpError, ClientSide, Message, Session, ToolCall, schema
 from crow.config import Paths
 
-from .args import misused_model_options, serve_options
+from .args import no_such_session, serve_options, usage_problem
 from .asking import CANCELLED, _choose, _selected
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, is_note
 
 __all__ = ["main"]
 
-EXIT_USAGE, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 7, 130
+EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_INTERRUPTED = 2, 7, 9, 130
 PROMPT = "you> "
 CONTINUATION = "  .. "
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -46,8 +46,8 @@ ERASE = "\r\x1b[K"
 
 
 def main(args: argparse.Namespace) -> int:
-    if misuse := misused_model_options(args):
-        print(f"crow: {misuse}", file=sys.stderr)
+    if problem := usage_problem(args):
+        print(f"crow: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
         return asyncio.run(_chat(args))
@@ -55,6 +55,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
     except (AcpError, ConnectionError) as exc:
+        if no_such_session(exc, args.session):
+            print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
+            return EXIT_NO_SESSION
         detail = getattr(exc, "message", None) or str(exc) or "the agent went away"
         print(f"crow: {detail}", file=sys.stderr)
         return EXIT_CONNECTION

@@ -15,7 +15,7 @@ from typing import Any
 
 from crow.acp import AcpError, ClientSide, Session
 
-from .args import misused_model_options, serve_options
+from .args import no_such_session, serve_options, usage_problem
 from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity
@@ -31,6 +31,7 @@ EXIT = {
     "max_turn_requests": 8,
 }
 EXIT_USAGE, EXIT_PERMISSION, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 6, 7, 130
+EXIT_NO_SESSION = 9  # --session names no session
 MESSAGES = {
     "error": "the turn failed",
     "refusal": "the model refused",
@@ -41,8 +42,8 @@ MESSAGES = {
 
 
 def main(args: argparse.Namespace) -> int:
-    if misuse := misused_model_options(args):
-        print(f"crow: {misuse}", file=sys.stderr)
+    if problem := usage_problem(args):
+        print(f"crow: {problem}", file=sys.stderr)
         return EXIT_USAGE
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt.strip():
@@ -57,11 +58,14 @@ def main(args: argparse.Namespace) -> int:
     except AgentUnavailable as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
-    except (AcpError, ConnectionError) as exc:
-        print(
-            f"crow: {getattr(exc, 'message', None) or exc or 'the agent went away'}",
-            file=sys.stderr,
-        )
+    except AcpError as exc:
+        if no_such_session(exc, args.session):
+            print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
+            return EXIT_NO_SESSION
+        print(f"crow: {exc.message or 'the agent went away'}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except ConnectionError as exc:
+        print(f"crow: {exc or 'the agent went away'}", file=sys.stderr)
         return EXIT_CONNECTION
 
 
