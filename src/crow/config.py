@@ -41,6 +41,10 @@ DEFAULT_MODEL = "qwen3:8b"
 DEFAULT_CONTEXT_WINDOW = 32_768
 DEFAULT_MAX_OUTPUT = 4_096
 CAPABILITIES = frozenset({"tools", "image", "audio", "reasoning"})
+PROVIDER_KINDS = ("openai", "local")
+#: The model the ``local`` extra ships (models.local), and its context window.
+EMBEDDED_MODEL = "smollm2-135m"
+EMBEDDED_CONTEXT = 8192
 
 
 class ConfigError(Exception):
@@ -80,9 +84,11 @@ class Paths:
 @dataclass(frozen=True, kw_only=True)
 class ProviderSpec:
     name: str
-    base_url: str
+    base_url: str  # "" for a local provider
     api_key_env: str | None = None  # read at call time, never stored
     api_key: str | None = None  # only from OPENAI_API_KEY in zero-config mode
+    kind: str = "openai"  # "openai": an OpenAI-compatible server; "local": GGUF files in process
+    guessed: bool = False  # zero config's ollama: nobody said it is there
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -274,14 +280,41 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
 def _zero_config(
     model: str | None, base_url: str | None
 ) -> tuple[dict[str, ProviderSpec], dict[str, ModelSpec], tuple[str, ...]]:
+    """The flags, else the environment, else a guess: ollama on localhost, then the
+    embedded model if the ``local`` extra is installed."""
+    explicit_url = base_url or os.environ.get("OPENAI_BASE_URL")
     provider = ProviderSpec(
         name="default",
-        base_url=base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        base_url=explicit_url or DEFAULT_BASE_URL,
         api_key=os.environ.get("OPENAI_API_KEY"),
+        guessed=explicit_url is None,
     )
     name = model or os.environ.get("CROW_MODEL") or DEFAULT_MODEL
-    spec = ModelSpec(name=name, provider="default", model_id=name)
-    return {"default": provider}, {name: spec}, (name,)
+    providers = {"default": provider}
+    models = {name: ModelSpec(name=name, provider="default", model_id=name)}
+    if explicit_url is None and name == DEFAULT_MODEL and _embedded_available():
+        providers["embedded"] = ProviderSpec(name="embedded", base_url="", kind="local")
+        models[EMBEDDED_MODEL] = embedded_spec()
+    return providers, models, tuple(models)
+
+
+def embedded_spec(name: str = "") -> ModelSpec:
+    """The model the ``local`` extra ships: text only, no tools (too small to call
+    them reliably), its full 8k context."""
+    return ModelSpec(
+        name=name or EMBEDDED_MODEL,
+        provider="embedded",
+        model_id=EMBEDDED_MODEL,
+        capabilities=frozenset(),
+        context_window=EMBEDDED_CONTEXT,
+        max_output_tokens=1024,
+    )
+
+
+def _embedded_available() -> bool:
+    from .models.local import embedded_available
+
+    return embedded_available()
 
 
 def _override(
@@ -355,10 +388,15 @@ def _providers(source: str, raw: Any) -> dict[str, ProviderSpec]:
     out = {}
     for name, table in _table(source, "providers", raw).items():
         table = _table(source, f"providers.{name}", table)
+        kind = table.get("kind", "openai")
+        if kind not in PROVIDER_KINDS:
+            raise ConfigError(source, f"providers.{name}.kind", " or ".join(PROVIDER_KINDS), kind)
+        key = f"providers.{name}.base_url"
         out[name] = ProviderSpec(
-            name=name,
-            base_url=_str(source, f"providers.{name}.base_url", table.get("base_url")),
+            name=name,  # a local provider runs files, it has no server
+            base_url="" if kind == "local" else _str(source, key, table.get("base_url")),
             api_key_env=_opt_str(source, f"providers.{name}.api_key_env", table.get("api_key_env")),
+            kind=kind,
         )
     return out
 

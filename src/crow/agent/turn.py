@@ -300,6 +300,9 @@ class Turn:
                     event.model,
                     event.usage,
                 )
+            elif isinstance(event, FallingBack) and event.guessed:
+                note = f"using the embedded model {event.to_model} ({event.reason})"
+                await self.note(note, "info")
             elif isinstance(event, FallingBack):
                 await self.note(
                     f"{event.from_model} failed ({event.reason}); {event.to_model} takes over.",

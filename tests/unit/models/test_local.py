@@ -1,0 +1,122 @@
+"""The embedded model (the local extra): real generation on SmolLM2-135M-Instruct.
+
+Skipped where the extra is not installed, unless CROW_REQUIRE_LOCAL=1 (as .ci/run
+sets it, having installed the extra): then a missing extra fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from crow.config import embedded_spec
+from crow.models.errors import ModelRejected
+from crow.models.events import Finished, TextDelta
+from crow.models.local import LocalModels, embedded_available, plain_messages
+
+needs_model = pytest.mark.skipif(
+    not embedded_available() and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
+    reason="the local extra is not installed (pip install -e '.[local]')",
+)
+
+
+def test_plain_messages_turn_tool_traffic_into_alternating_text():
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "list files"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "1", "type": "function", "function": {"name": "ls"}}],
+        },
+        {"role": "tool", "tool_call_id": "1", "content": "a.py"},
+        {"role": "user", "content": "and now?"},
+    ]
+    assert plain_messages(messages) == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": "[called tools: ls]"},
+        {"role": "user", "content": "[tool result]\na.py\n\nand now?"},
+    ]
+
+
+async def test_a_missing_gguf_file_is_named():
+    models = LocalModels()
+    spec = embedded_spec("mine").__class__(
+        name="mine", provider="p", model_id="/nonexistent/model.gguf", capabilities=frozenset()
+    )
+    with pytest.raises(ModelRejected, match=r"no GGUF file at /nonexistent/model.gguf"):
+        async for _ in models.stream(spec, [{"role": "user", "content": "hi"}]):
+            pass
+    await models.aclose()
+
+
+@needs_model
+async def test_the_embedded_model_answers_with_usage_and_a_stop_reason():
+    models = LocalModels()
+    try:
+        async with asyncio.timeout(120):
+            events = [
+                e
+                async for e in models.stream(
+                    embedded_spec(), [{"role": "user", "content": "What is the capital of France?"}]
+                )
+            ]
+    finally:
+        await models.aclose()
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert "Paris" in text
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.finish_reason in ("stop", "length")
+    assert finished.usage.completion_tokens > 0 and finished.usage.prompt_tokens > 0
+
+
+@needs_model
+async def test_leaving_a_generation_stops_it_and_frees_the_model():
+    models = LocalModels()
+    spec = embedded_spec()
+    prompt = [{"role": "user", "content": "Count from 1 to 500, one number per line."}]
+    try:
+        async with asyncio.timeout(120):
+            stream = models.stream(spec, prompt)
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    break
+            await stream.aclose()  # the turn was cancelled
+            loaded = next(iter(models._loaded.values()))
+            assert not loaded.lock.locked()  # the thread has stopped
+            tokens = loaded.llm.n_tokens
+            time.sleep(0.3)
+            assert loaded.llm.n_tokens == tokens  # and generates nothing more
+            again = [e async for e in models.stream(spec, [{"role": "user", "content": "Hi"}])]
+            assert isinstance(again[-1], Finished)
+    finally:
+        await models.aclose()
+
+
+@needs_model
+async def test_the_loop_keeps_running_while_the_model_generates():
+    models = LocalModels()
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    try:
+        async with asyncio.timeout(120):
+            prompt = [{"role": "user", "content": "Write three sentences about birds."}]
+            started = time.monotonic()
+            async for _ in models.stream(embedded_spec(), prompt):
+                pass
+            elapsed = time.monotonic() - started
+    finally:
+        ticker.cancel()
+        await models.aclose()
+    assert ticks >= elapsed / 0.01 * 0.5  # the loop was free at least half the time
