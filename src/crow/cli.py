@@ -76,6 +76,19 @@ def main(argv: list[str] | None = None) -> int:
         "then run commands as you)",
     )
 
+    models = commands.add_parser(
+        "models", help="the models Crow can use, where each comes from, whether it answers"
+    )
+    models.add_argument(
+        "--check",
+        nargs="?",
+        const="",
+        metavar="NAME",
+        help="make a one-token call to NAME (default: every model) and report its time or error",
+    )
+    models.add_argument("--model", help="as crow serve --model")
+    models.add_argument("--base-url", help="as crow serve --base-url")
+
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
 
@@ -121,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.subcommand == "init":
         return _init(args)
+    if args.subcommand == "models":
+        return asyncio.run(_models(args))
     parser.print_help()
     return 0
 
@@ -195,6 +210,33 @@ def _mcp(server: str, argv: list[str]) -> int:
     module = importlib.import_module(f"crow.servers.{server}")
     result: int = module.main(argv)
     return result
+
+
+async def _models(args: argparse.Namespace) -> int:
+    """One line per model of the chain; with --check, a real call to each (or NAME)."""
+    from .models import listing
+
+    try:
+        config = load_config(Paths.from_env(), model=args.model, base_url=args.base_url)
+    except ConfigError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    names = list(config.chain)
+    if args.check and args.check not in config.models:
+        print(f"crow: no model {args.check} (these are: {', '.join(names)})", file=sys.stderr)
+        return EXIT_USAGE
+    failed = False
+    for name in names:
+        spec = config.models[name]
+        where = config.providers[spec.provider].base_url or "(in process)"
+        if args.check is None or args.check not in ("", name):
+            state = await listing.reachable(config, spec)
+        else:
+            ok, state = await listing.check(config, name)
+            failed = failed or not ok
+        origin, kinds = listing.origin(config, spec), listing.describe(spec)
+        print(f"{name:20} {origin:12} {where:32} {kinds:16} {state}")
+    return 1 if failed else 0
 
 
 def _init(args: argparse.Namespace) -> int:

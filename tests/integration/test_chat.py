@@ -173,6 +173,17 @@ def test_ctrl_d_leaves_with_status_0_and_the_agent_ends(chat):
     assert not [pid for pid in agents if _alive(pid)]
 
 
+@pytest.mark.parametrize("command", ["/exit", "/quit"])
+def test_exit_and_quit_leave_without_asking_the_agent(chat, scripted_model, command):
+    child = chat()
+    prompt(child)
+    child.sendline(command)
+    child.expect(pexpect.EOF, timeout=TIMEOUT)
+    child.close()
+    assert child.exitstatus == 0
+    assert scripted_model.requests == []  # not sent as a prompt
+
+
 def test_an_agent_that_cannot_start_exits_7_with_one_line(chat):
     child = chat("--command", "/nonexistent/agent")
     child.expect(pexpect.EOF, timeout=TIMEOUT)

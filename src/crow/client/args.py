@@ -36,7 +36,7 @@ CHAT_HELP = """crow chat: a line REPL on the client role, for people at a termin
     Up, Down                 the input history ($CROW_HOME/history)
     Ctrl-C                   cancel the running turn; a second one leaves
     Ctrl-C (empty prompt)    leave; on a line with text it clears the line
-    Ctrl-D                   leave
+    Ctrl-D, /exit, /quit     leave
 
 The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
 notes go to stderr as short lines, and a small spinner on stderr says the

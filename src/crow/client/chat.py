@@ -43,6 +43,7 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 SPIN_EVERY_S = 0.1
 QUIET_BEFORE_SPIN_S = 0.3  # the spinner appears only after this long without output
 ERASE = "\r\x1b[K"
+LEAVE = ("/exit", "/quit")  # the client's own commands: they never reach the agent
 
 
 def main(args: argparse.Namespace) -> int:
@@ -343,6 +344,8 @@ class Chat:
                     return 0
                 if not text.strip():
                     continue
+                if text.strip() in LEAVE:
+                    return 0
                 if await self.turn(text.strip()):
                     return 0
 

@@ -19,7 +19,7 @@ import importlib.util
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,7 +90,7 @@ class LocalModels:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]] | None = None,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncGenerator[Event, None]:
         model = await self._load(spec)
         request: dict[str, Any] = {
             "messages": messages if tools else plain_messages(messages),
@@ -162,7 +162,9 @@ def _quiet_llama_cpp() -> None:
         llama_cpp.llama_log_set(_silencer, ctypes.c_void_p(0))
 
 
-async def _generate(model: _Loaded, request: dict[str, Any], name: str) -> AsyncIterator[Event]:
+async def _generate(
+    model: _Loaded, request: dict[str, Any], name: str
+) -> AsyncGenerator[Event, None]:
     """Run one completion on the model's thread; its chunks come back through a queue."""
     from .client import deltas  # the same delta format as the HTTP models
 

@@ -1,0 +1,82 @@
+"""``crow models``: the models Crow can use, where each comes from, and whether it
+answers now; ``--check [NAME]`` makes a real one-token call and reports its time
+or its exact error.
+
+One line per model in the chain, in order::
+
+    qwen3:8b      ollama guess  http://localhost:11434/v1  tools        unreachable
+    smollm2-135m  embedded      (in process)               text only    ready
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+
+from ..config import Config, ModelSpec
+
+__all__ = ["check", "describe", "origin", "reachable"]
+
+PROBE_TIMEOUT_S = 2.0
+
+
+def origin(config: Config, spec: ModelSpec) -> str:
+    """Where the model comes from, in a word or two."""
+    provider = config.providers[spec.provider]
+    if provider.kind == "local":
+        return "embedded" if spec.provider == "embedded" else "local file"
+    if provider.guessed:
+        return "ollama guess"
+    return "config" if config.paths.config_file.exists() else "environment"
+
+
+async def reachable(config: Config, spec: ModelSpec) -> str:
+    """``ready``, or why not, without generating anything."""
+    provider = config.providers[spec.provider]
+    if provider.kind == "local":
+        from .local import embedded_available
+
+        if spec.provider == "embedded":
+            return "ready" if embedded_available() else "the local extra is not installed"
+        path = Path(spec.model_id)
+        return "ready" if path.is_file() else f"no file at {path}"
+    import httpx2
+
+    try:
+        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            answer = await client.get(provider.base_url.rstrip("/") + "/models")
+    except httpx2.HTTPError as exc:
+        return f"unreachable ({type(exc).__name__})"
+    if answer.status_code == 404:
+        return "answers, but has no /models (is /v1 missing from the base URL?)"
+    return "ready" if answer.is_success else f"answers {answer.status_code}"
+
+
+def describe(spec: ModelSpec) -> str:
+    return ", ".join(sorted(spec.capabilities)) or "text only"
+
+
+async def check(config: Config, name: str) -> tuple[bool, str]:
+    """One real call, one token, this model alone (no retries, no fallback)."""
+    from .client import ModelClient
+    from .errors import ModelError
+    from .events import Finished
+
+    spec = dataclasses.replace(config.models[name], max_output_tokens=1)
+    client = ModelClient(config)
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(config.retry.timeout_s):
+            async for event in client.stream(spec, [{"role": "user", "content": "Say OK."}]):
+                if isinstance(event, Finished):
+                    took = (time.perf_counter() - started) * 1000
+                    return True, f"answered in {took:.0f} ms"
+    except ModelError as exc:
+        return False, exc.message
+    except TimeoutError:
+        return False, f"no answer within {config.retry.timeout_s:g} s"
+    finally:
+        await client.aclose()
+    return False, "the reply ended without finishing"
