@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
 
     init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
+    init.add_argument("--model", help="the model id to write (default: $CROW_MODEL, else qwen3:8b)")
+    init.add_argument(
+        "--base-url", help="the endpoint to write (default: $OPENAI_BASE_URL, else ollama's)"
+    )
 
     raw = argparse.RawDescriptionHelpFormatter
     run = commands.add_parser(
@@ -244,7 +248,12 @@ def _init(args: argparse.Namespace) -> int:
 
     paths = Paths.from_env()
     try:
-        written = write_default_config(paths, force=args.force)
+        written = write_default_config(
+            paths,
+            force=args.force,
+            model=args.model or os.environ.get("CROW_MODEL"),
+            base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
+        )
     except FileExistsError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return 1

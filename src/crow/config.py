@@ -4,7 +4,9 @@ The home (``CROW_HOME``, default ``~/.agents/crow``) holds ``config.toml``, the
 session store (``crow.db``) and ``logs/``.  Zero config works: without a config
 file the one model comes from ``CROW_MODEL``, ``OPENAI_BASE_URL`` and
 ``OPENAI_API_KEY``, falling back to ollama's OpenAI-compatible endpoint on
-localhost.  ``crow serve --model NAME --base-url URL`` overrides both.
+localhost, then to the embedded model (models.local) if it is installed.
+The order is: ``--model``/``--base-url``, then ``CROW_MODEL``/``OPENAI_BASE_URL``,
+then the file: a config written by ``crow init`` does not silence the environment.
 
 A config error names the file, the key and what is expected:
 ``~/.agents/crow/config.toml: models.fast.context_window: expected a positive integer, got "big"``.
@@ -213,8 +215,11 @@ def load_config(
     chain = _chain(source, section, models)
     if not models:  # zero config: one model, from the overrides or the environment
         providers, models, chain = _zero_config(model, base_url)
-    elif model is not None or base_url is not None:
-        providers, models, chain = _override(providers, models, chain, model, base_url)
+    else:  # the flags, else the environment, beat the file
+        model = model if model is not None else os.environ.get("CROW_MODEL") or None
+        base_url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or None
+        if model is not None or base_url is not None:
+            providers, models, chain = _override(providers, models, chain, model, base_url)
     return Config(
         paths=paths,
         providers=providers,

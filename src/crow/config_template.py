@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from .config import Paths
+from .config import DEFAULT_BASE_URL, DEFAULT_MODEL, Paths
 from .private import private_dir, write_private
 
 __all__ = ["DEFAULT_CONFIG", "write_default_config"]
 
 DEFAULT_CONFIG = """\
 # Crow configuration.  Every key is optional: without this file Crow uses one
-# model named by CROW_MODEL on OPENAI_BASE_URL (default: ollama on localhost).
+# model named by CROW_MODEL on OPENAI_BASE_URL (default: ollama on localhost,
+# then the embedded model if the local extra is installed).  The model is chosen
+# in this order: crow's --model/--base-url, then CROW_MODEL/OPENAI_BASE_URL,
+# then this file.
 
 [model]
 # The model that answers, then the ones that take over when it fails.
@@ -94,10 +98,23 @@ timeout_s = 300       # one model request
 """
 
 
-def write_default_config(paths: Paths, *, force: bool = False) -> Path:
-    """Write a commented ``config.toml`` (0600: it may come to hold ``server.token``);
-    refuses to overwrite unless ``force``."""
+def write_default_config(
+    paths: Paths, *, force: bool = False, model: str | None = None, base_url: str | None = None
+) -> Path:
+    """Write a commented ``config.toml`` (0600: it may come to hold ``server.token``),
+    its model and endpoint ``model``/``base_url`` if given; refuses to overwrite
+    unless ``force``."""
     if paths.config_file.exists() and not force:
         raise FileExistsError(f"{paths.config_file} exists; pass --force to overwrite it")
+    text = DEFAULT_CONFIG
+    if base_url:
+        text = text.replace(f'base_url = "{DEFAULT_BASE_URL}"', f"base_url = {_toml(base_url)}")
+    if model:
+        text = text.replace(f'id = "{DEFAULT_MODEL}"', f"id = {_toml(model)}")
     private_dir(paths.home)
-    return write_private(paths.config_file, DEFAULT_CONFIG)
+    return write_private(paths.config_file, text)
+
+
+def _toml(value: str) -> str:
+    """A TOML basic string (JSON's escapes are valid TOML ones)."""
+    return json.dumps(value)

@@ -197,3 +197,24 @@ def test_trust_limits_and_client_servers(paths):
     assert [(s.name, s.trusted) for s in config.tools.servers] == [("a", True), ("b", False)]
     defaults = load_config(Paths(home=paths.home / "none"))
     assert defaults.limits.max_prompt_mib == 8 and not defaults.tools.ask_client_servers
+
+
+def test_the_environment_beats_the_file_and_the_flags_beat_both(paths, no_env, monkeypatch):
+    write_default_config(paths)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://env:1/v1")
+    monkeypatch.setenv("CROW_MODEL", "env-model")
+    config = load_config(paths)
+    first = config.models[config.chain[0]]
+    assert first.model_id == "env-model"
+    assert config.providers[first.provider].base_url == "http://env:1/v1"
+    flagged = load_config(paths, model="flag-model", base_url="http://flag:2/v1")
+    first = flagged.models[flagged.chain[0]]
+    assert first.model_id == "flag-model"
+    assert flagged.providers[first.provider].base_url == "http://flag:2/v1"
+
+
+def test_init_writes_the_model_and_endpoint_it_is_given(paths):
+    write_default_config(paths, model='we"ird', base_url="http://gpu:8000/v1")
+    config = load_config(paths)
+    assert config.models["local"].model_id == 'we"ird'
+    assert config.providers["ollama"].base_url == "http://gpu:8000/v1"
