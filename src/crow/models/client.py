@@ -7,14 +7,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..config import Config, ModelSpec, ProviderSpec
-from ..redact import redact
+from ..redact import redact, redact_url
 from .errors import (
     ModelError,
     ModelOverloaded,
@@ -29,6 +31,8 @@ __all__ = ["ModelClient"]
 
 #: Seconds to open a connection to a model server.
 CONNECT_TIMEOUT_S = 10.0
+#: Seconds to wait for a TCP connect to zero config's guessed model server.
+PROBE_TIMEOUT_S = 1.0
 #: Connections to one model server at once.
 MAX_CONNECTIONS = 1000
 
@@ -41,6 +45,7 @@ class ModelClient:
         self.config = config
         self._clients: dict[str, Any] = {}
         self._local: LocalModels | None = None
+        self._seen_listening: set[str] = set()
 
     async def aclose(self) -> None:
         """Close the HTTP connections of every provider client, and free local models."""
@@ -73,6 +78,23 @@ class ModelClient:
             )
         return client
 
+    async def _probe(self, spec: ModelSpec, provider: ProviderSpec) -> None:
+        """Zero config's guessed server: is anything listening?  A bare TCP connect
+        answers in a millisecond, where the SDK's first call costs its ~0.5 s import;
+        on a first run with no server, that is most of the wait for the fallback."""
+        url = urlsplit(provider.base_url)
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_S):
+                _, writer = await asyncio.open_connection(url.hostname, port)
+        except (OSError, TimeoutError) as exc:
+            raise ModelUnreachable(
+                f"{spec.name}: nothing listens at {redact_url(provider.base_url)} ({exc})",
+                model=spec.name,
+            ) from None
+        writer.close()
+        self._seen_listening.add(provider.name)
+
     async def stream(
         self,
         spec: ModelSpec,
@@ -93,6 +115,8 @@ class ModelClient:
                 async for event in local:
                     yield event
             return
+        if provider.guessed and provider.name not in self._seen_listening:
+            await self._probe(spec, provider)
         client = self._client(provider)
         request: dict[str, Any] = {
             "model": spec.model_id,
