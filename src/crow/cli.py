@@ -51,7 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action=_VersionAction)
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="serve ACP v2 on stdio (for editors and clients)")
+    serve = commands.add_parser(
+        "serve",
+        help="serve ACP v2 on stdio (for editors and clients)",
+        description="The agent: ACP (v2, and v1 for older clients) on stdin/stdout for an "
+        "editor or any ACP client that starts it, or with --http one long-lived server for "
+        "many clients over streamable HTTP and WebSocket.  Logs go to stderr and "
+        "$CROW_HOME/logs; stdout is the wire.  People at a terminal want crow chat.",
+    )
     serve.add_argument("--model", help="the model to use (a configured name, or a model id)")
     serve.add_argument("--base-url", help="an OpenAI-compatible endpoint, e.g. http://host:8000/v1")
     serve.add_argument("--log-level", default="WARNING", help="stderr log level (default WARNING)")
