@@ -123,6 +123,21 @@ def test_a_permission_question_is_answered_inline(chat, scripted_model):
     assert "rejected" not in str(scripted_model.requests[1]["messages"][-1]["content"])
 
 
+def test_enter_alone_at_a_permission_question_allows_nothing(chat, scripted_model):
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]), Text(text="file written")
+    )
+    child = chat(extra=probe_config())
+    prompt(child)
+    child.send("write it\r")
+    see(child, "Allow", "choose 1-")
+    child.send("\r")  # a stray Enter
+    see(child, "answer a number from 1 to", "choose 1-")
+    assert len(scripted_model.requests) == 1  # still waiting on the question
+    child.send("1\r")
+    see(child, "✓", "file written")
+
+
 def test_slash_commands_are_answered_by_crow_and_complete_with_tab(chat, scripted_model):
     child = chat()
     prompt(child)

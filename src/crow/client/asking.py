@@ -59,14 +59,17 @@ class PermissionAsker:
         out.write(f"\n{title}\n")
         for number, option in enumerate(options, 1):
             out.write(f"  {number}) {option.name}\n")
-        out.write("choose [1]: ")
-        out.flush()
-        line = (self.tty_in or sys.stdin).readline()
-        if not line:
-            return None
-        answer = line.strip() or "1"
-        if answer.isdigit() and 1 <= int(answer) <= len(options):
-            return str(options[int(answer) - 1].option_id)
-        if answer.lower() in ("y", "yes"):
-            return _choose(options, "allow_once")
-        return _choose(options, "reject_once") if answer.lower() in ("n", "no") else None
+        while True:  # Enter alone asks again: a stray Enter must never allow a command
+            out.write(f"choose 1-{len(options)}: ")
+            out.flush()
+            line = (self.tty_in or sys.stdin).readline()
+            if not line:
+                return None
+            answer = line.strip().lower()
+            if answer.isdigit() and 1 <= int(answer) <= len(options):
+                return str(options[int(answer) - 1].option_id)
+            if answer in ("y", "yes"):
+                return _choose(options, "allow_once")
+            if answer in ("n", "no"):
+                return _choose(options, "reject_once")
+            out.write(f"  answer a number from 1 to {len(options)}, y or n\n")

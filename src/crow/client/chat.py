@@ -463,7 +463,7 @@ class Chat:
         while True:
             try:
                 answer = await question.prompt_async(
-                    f"choose 1-{len(options)} [1]: ", handle_sigint=False
+                    f"choose 1-{len(options)}: ", handle_sigint=False
                 )
             except KeyboardInterrupt:
                 self.interrupt()  # as Ctrl-C in the turn: cancel it
@@ -477,7 +477,9 @@ class Chat:
 
 
 def _pick(options: list[Any], answer: str) -> str | None:
-    answer = answer.strip().lower() or "1"
+    """The option an answer names; None for anything else, Enter alone included:
+    a stray Enter must never allow a command."""
+    answer = answer.strip().lower()
     if answer.isdigit() and 1 <= int(answer) <= len(options):
         return str(options[int(answer) - 1].option_id)
     if answer in ("y", "yes"):

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from crow.acp import AcpError, ClientSide, Session
@@ -71,17 +73,21 @@ def main(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
-    async with connect(
-        args.command,
-        url=args.url,
-        token=args.token,
-        on_permission=asker,
-        serve_options=serve_options(args),
-    ) as client:
-        if args.session:
-            session = await client.resume_session(args.session, cwd, replay=False)
-        else:
-            session = await client.new_session(cwd)
+    async with contextlib.AsyncExitStack() as stack:
+        with _ctrl_c_leaves_at_once():  # nothing was sent yet: nothing to cancel
+            client = await stack.enter_async_context(
+                connect(
+                    args.command,
+                    url=args.url,
+                    token=args.token,
+                    on_permission=asker,
+                    serve_options=serve_options(args),
+                )
+            )
+            if args.session:
+                session = await client.resume_session(args.session, cwd, replay=False)
+            else:
+                session = await client.new_session(cwd)
         renderer, notes = _attach_output(client, session, json_lines=args.json)
         turn = await session.prompt(prompt)
         interrupted = await _wait(session, turn, asker)
@@ -131,6 +137,28 @@ def _attach_output(
 
     client.on_update(on_update)
     return renderer, shown
+
+
+@contextlib.contextmanager
+def _ctrl_c_leaves_at_once() -> Iterator[None]:
+    """Ctrl-C while the agent starts: leave now, status 130, no traceback.
+
+    Cancelling the start-up instead (asyncio.run's own SIGINT handling) depends on
+    every await on the way giving up in time; an agent that never answers
+    ``initialize`` was once seen to keep crow run waiting.  Leaving at once closes
+    the agent's stdin with the process, and an ACP agent ends on that."""
+    loop = asyncio.get_running_loop()
+
+    def leave() -> None:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    loop.add_signal_handler(signal.SIGINT, leave)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 async def _wait(session: Session, turn: Any, asker: PermissionAsker) -> bool:
