@@ -152,6 +152,8 @@ class ScriptedModel:
         self.headers: list[dict[str, str]] = []
         #: The client's port for each request: the same port, the same connection.
         self.ports: list[int] = []
+        #: Model names for ollama's ``GET /api/tags``; None: 404, as a server that is not ollama.
+        self.tags: list[str] | None = None
         self.disconnects = 0
         self.errors: list[BaseException] = []  # unexpected handler failures, kept quiet
         self._server = _Server(self)
@@ -358,7 +360,9 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routes --------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        if self._path() == "/v1/models":
+        if self._path() == "/api/tags" and self._model.tags is not None:
+            self._send_json(200, {"models": [{"name": name} for name in self._model.tags]})
+        elif self._path() == "/v1/models":
             self._send_json(
                 200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
             )

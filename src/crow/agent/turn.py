@@ -33,6 +33,7 @@ from crow.models.events import (
     Finished,
     ReasoningDelta,
     Stripped,
+    Substituted,
     TextDelta,
     ToolCallDelta,
     Usage,
@@ -307,6 +308,12 @@ class Turn:
                 await self.note(
                     f"{event.from_model} failed ({event.reason}); {event.to_model} takes over.",
                     "warning",
+                )
+            elif isinstance(event, Substituted):
+                await self.note(
+                    f"ollama has no {event.model}; using {event.model_id}, a model it has "
+                    f"(ollama pull {event.model} for Crow's default)",
+                    "info",
                 )
             elif isinstance(event, Stripped):
                 kinds = " and ".join(event.modalities)

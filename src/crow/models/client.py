@@ -24,7 +24,15 @@ from .errors import (
     ModelUnreachable,
     translate_errors,
 )
-from .events import Event, Finished, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from .events import (
+    Event,
+    Finished,
+    ReasoningDelta,
+    Substituted,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
 from .local import LocalModels
 
 __all__ = ["ModelClient"]
@@ -33,6 +41,8 @@ __all__ = ["ModelClient"]
 CONNECT_TIMEOUT_S = 10.0
 #: Seconds to wait for a TCP connect to zero config's guessed model server.
 PROBE_TIMEOUT_S = 1.0
+#: Seconds to wait, after ``[DONE]``, for the end of the body (see ``_drain``).
+DRAIN_S = 0.2
 #: Connections to one model server at once.
 MAX_CONNECTIONS = 1000
 
@@ -46,6 +56,7 @@ class ModelClient:
         self._clients: dict[str, Any] = {}
         self._local: LocalModels | None = None
         self._seen_listening: set[str] = set()
+        self._ollama_ids: dict[str, str] = {}  # a guessed model -> the id ollama has
 
     async def aclose(self) -> None:
         """Close the HTTP connections of every provider client, and free local models."""
@@ -94,6 +105,7 @@ class ModelClient:
             ) from None
         writer.close()
         self._seen_listening.add(provider.name)
+        self._ollama_ids[spec.name] = await _ollama_pick(provider.base_url, spec.model_id)
 
     async def stream(
         self,
@@ -118,8 +130,11 @@ class ModelClient:
         if provider.guessed and provider.name not in self._seen_listening:
             await self._probe(spec, provider)
         client = self._client(provider)
+        model_id = self._ollama_ids.get(spec.name, spec.model_id) if provider.guessed else None
+        if model_id and model_id != spec.model_id:
+            yield Substituted(model=spec.name, model_id=model_id)
         request: dict[str, Any] = {
-            "model": spec.model_id,
+            "model": model_id or spec.model_id,
             "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -163,6 +178,23 @@ class ModelClient:
         yield Finished(finish_reason=finish_reason, model=spec.name, usage=usage)
 
 
+async def _ollama_pick(base_url: str, wanted: str) -> str:
+    """The model id to ask zero config's ollama for: ``wanted`` if it has it (or
+    cannot tell), else the first model it has (``/api/tags``)."""
+    import httpx2
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    try:
+        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S) as http:
+            answer = await http.get(f"{root}/api/tags")
+        names = [m["name"] for m in answer.json()["models"]] if answer.is_success else []
+    except (httpx2.HTTPError, ValueError, KeyError, TypeError):
+        return wanted  # not ollama, or not telling: ask for the model as configured
+    if not names or wanted in names or f"{wanted}:latest" in names:
+        return wanted
+    return str(names[0])
+
+
 async def _post_stream(client: Any, request: dict[str, Any]) -> Any:
     """``chat.completions.create(stream=True)`` without the SDK's request transform.
 
@@ -197,16 +229,16 @@ def _encode(request: dict[str, Any]) -> bytes:
 async def _chunks(response: Any, model: str) -> AsyncIterator[Any]:
     """The JSON data of each server-sent event of a completion stream.
 
-    Read straight off the HTTP response: the SDK's own stream decoder and the
-    drain of the response on close cost more than the rest of a turn
-    (bench/http_bench.py).  The stream ends at ``[DONE]`` or when the server
-    closes it; the response is closed either way.
+    Read straight off the HTTP response: the SDK's own stream decoder costs more
+    than the rest of a turn (bench/http_bench.py).  The stream ends at ``[DONE]``
+    or when the server closes it; the response is closed either way.
     """
     import orjson
 
     data: list[str] = []
+    lines = response.aiter_lines()
     try:
-        async for line in response.aiter_lines():
+        async for line in lines:
             if line.startswith("data:"):
                 data.append(line[5:].lstrip())
                 continue
@@ -214,6 +246,7 @@ async def _chunks(response: Any, model: str) -> AsyncIterator[Any]:
                 continue  # another field (event:, id:, a comment), or nothing to dispatch
             payload, data = "\n".join(data), []
             if payload == "[DONE]":
+                await _drain(lines)
                 return
             try:
                 yield orjson.loads(payload)
@@ -224,6 +257,16 @@ async def _chunks(response: Any, model: str) -> AsyncIterator[Any]:
                 ) from None
     finally:
         await response.aclose()
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    """Read past ``[DONE]`` to the end of the body, so that the connection goes
+    back to the pool instead of being closed; a server that keeps the body open
+    after ``[DONE]`` is not waited for long."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in lines:
+                pass
 
 
 def deltas(delta: dict[str, Any]) -> list[Event]:

@@ -69,4 +69,13 @@ class Stripped:
     modalities: tuple[str, ...]
 
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Finished | FallingBack | Stripped
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Substituted:
+    """Zero config's ollama does not have ``model``'s id; ``model_id``, a model it
+    does have, answers instead."""
+
+    model: str
+    model_id: str
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Finished | FallingBack | Stripped | Substituted

@@ -18,7 +18,7 @@ from crow.models.errors import (
     ModelStreamBroken,
     ModelUnreachable,
 )
-from crow.models.events import FallingBack, Finished, Stripped, TextDelta
+from crow.models.events import FallingBack, Finished, Stripped, Substituted, TextDelta
 from crow.models.router import ModelRouter
 
 
@@ -175,3 +175,34 @@ async def test_nothing_found_names_the_three_ways_to_a_model():
     said = info.value.message
     assert "ollama pull qwen3:8b" in said and "OPENAI_BASE_URL" in said
     assert "crow-cli[local]" in said
+
+
+def guessed_at(url: str) -> CrowConfig:
+    """Zero config's guessed ollama, but at the scripted server."""
+    return CrowConfig(
+        paths=Paths(home=Path("/nonexistent")),
+        providers={"default": ProviderSpec(name="default", base_url=url, guessed=True)},
+        models={"qwen3:8b": ModelSpec(name="qwen3:8b", provider="default", model_id="qwen3:8b")},
+        chain=("qwen3:8b",),
+        retry=RetryPolicy(attempts=1, backoff_s=0.01, timeout_s=5.0),
+    )
+
+
+async def test_a_guessed_ollama_without_the_default_model_uses_one_it_has(scripted_model):
+    scripted_model.tags = ["llama3.2:latest", "phi4:latest"]
+    scripted_model.script(Text(text="hi from llama"))
+    events = await collect(ModelRouter(guessed_at(scripted_model.base_url)))
+    [swapped] = [e for e in events if isinstance(e, Substituted)]
+    assert (swapped.model, swapped.model_id) == ("qwen3:8b", "llama3.2:latest")
+    assert scripted_model.requests[0]["model"] == "llama3.2:latest"
+
+
+@pytest.mark.parametrize("tags", [["qwen3:8b", "phi4:latest"], [], None])
+async def test_a_guessed_ollama_with_the_default_or_telling_nothing_is_asked_for_it(
+    scripted_model, tags
+):
+    scripted_model.tags = tags  # None: /api/tags is 404, a server that is not ollama
+    scripted_model.script(Text(text="ok"))
+    events = await collect(ModelRouter(guessed_at(scripted_model.base_url)))
+    assert not [e for e in events if isinstance(e, Substituted)]
+    assert scripted_model.requests[0]["model"] == "qwen3:8b"
