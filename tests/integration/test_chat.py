@@ -109,7 +109,8 @@ def test_ctrl_c_cancels_the_turn_and_the_next_turn_works(chat, scripted_model):
     assert child.isalive()
 
 
-def test_a_permission_question_is_answered_inline(chat, scripted_model):
+def asked_to_write(chat, scripted_model):
+    """A chat whose turn waits on a permission question (the probe's touch)."""
     scripted_model.script(
         ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]), Text(text="file written")
     )
@@ -117,6 +118,11 @@ def test_a_permission_question_is_answered_inline(chat, scripted_model):
     prompt(child)
     child.send("write it\r")
     see(child, "Allow", "1) Allow once", "choose 1-")
+    return child
+
+
+def test_a_permission_question_is_answered_inline(chat, scripted_model):
+    child = asked_to_write(chat, scripted_model)
     child.send("1\r")
     see(child, "✓", "file written")
     prompt(child)
@@ -124,13 +130,7 @@ def test_a_permission_question_is_answered_inline(chat, scripted_model):
 
 
 def test_enter_alone_at_a_permission_question_allows_nothing(chat, scripted_model):
-    scripted_model.script(
-        ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]), Text(text="file written")
-    )
-    child = chat(extra=probe_config())
-    prompt(child)
-    child.send("write it\r")
-    see(child, "Allow", "choose 1-")
+    child = asked_to_write(chat, scripted_model)
     child.send("\r")  # a stray Enter
     see(child, "answer a number from 1 to", "choose 1-")
     assert len(scripted_model.requests) == 1  # still waiting on the question

@@ -25,6 +25,21 @@ def _choose(options: list[Any], *kinds: str) -> str | None:
     return None
 
 
+def pick(options: list[Any], answer: str) -> str | None:
+    """The option an answer names (a number, y/yes, a/always, n/no); None for
+    anything else, Enter alone included: a stray Enter must never allow a command."""
+    answer = answer.strip().lower()
+    if answer.isdigit() and 1 <= int(answer) <= len(options):
+        return str(options[int(answer) - 1].option_id)
+    if answer in ("y", "yes"):
+        return _choose(options, "allow_once")
+    if answer in ("a", "always"):
+        return _choose(options, "allow_always")
+    if answer in ("n", "no"):
+        return _choose(options, "reject_once")
+    return None
+
+
 def _selected(option_id: str) -> schema.RequestPermissionResponse:
     return schema.RequestPermissionResponse(
         outcome=schema.SelectedPermissionOutcome(option_id=option_id)
@@ -65,11 +80,7 @@ class PermissionAsker:
             line = (self.tty_in or sys.stdin).readline()
             if not line:
                 return None
-            answer = line.strip().lower()
-            if answer.isdigit() and 1 <= int(answer) <= len(options):
-                return str(options[int(answer) - 1].option_id)
-            if answer in ("y", "yes"):
-                return _choose(options, "allow_once")
-            if answer in ("n", "no"):
-                return _choose(options, "reject_once")
+            choice = pick(options, line)
+            if choice is not None:
+                return choice
             out.write(f"  answer a number from 1 to {len(options)}, y or n\n")

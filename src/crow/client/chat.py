@@ -30,7 +30,7 @@ from crow.acp import AcpError, ClientSide, Message, Session, ToolCall, schema
 from crow.config import Paths
 
 from .args import no_such_session, serve_options, usage_problem
-from .asking import CANCELLED, _choose, _selected
+from .asking import CANCELLED, _selected, pick
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, is_note
 
@@ -470,25 +470,10 @@ class Chat:
                 return CANCELLED
             except EOFError:
                 return CANCELLED
-            choice = _pick(options, answer)
+            choice = pick(options, answer)
             if choice is not None:
                 return _selected(choice)
             self.screen.line(f"  answer a number from 1 to {len(options)}, y or n")
-
-
-def _pick(options: list[Any], answer: str) -> str | None:
-    """The option an answer names; None for anything else, Enter alone included:
-    a stray Enter must never allow a command."""
-    answer = answer.strip().lower()
-    if answer.isdigit() and 1 <= int(answer) <= len(options):
-        return str(options[int(answer) - 1].option_id)
-    if answer in ("y", "yes"):
-        return _choose(options, "allow_once")
-    if answer in ("a", "always"):
-        return _choose(options, "allow_always")
-    if answer in ("n", "no"):
-        return _choose(options, "reject_once")
-    return None
 
 
 def _isatty(stream: Any) -> bool:
