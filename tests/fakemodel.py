@@ -154,6 +154,14 @@ class ScriptedModel:
         self.ports: list[int] = []
         #: Model names for ollama's ``GET /api/tags``; None: 404, as a server that is not ollama.
         self.tags: list[str] | None = None
+        #: ollama's ``POST /api/show`` answer (any model asked); None: 404.
+        self.show: dict[str, Any] | None = None
+        #: llama.cpp's ``GET /props`` answer; None: 404.
+        self.props: dict[str, Any] | None = None
+        #: The entries of ``GET /v1/models``.
+        self.listed: list[dict[str, Any]] = [{"id": "scripted", "object": "model"}]
+        #: The paths of requests other than chat completions, in order ("POST /api/show").
+        self.asked: list[str] = []
         self.disconnects = 0
         self.errors: list[BaseException] = []  # unexpected handler failures, kept quiet
         self._server = _Server(self)
@@ -360,18 +368,27 @@ class _Handler(BaseHTTPRequestHandler):
     # -- routes --------------------------------------------------------------------------
 
     def do_GET(self) -> None:
-        if self._path() == "/api/tags" and self._model.tags is not None:
-            self._send_json(200, {"models": [{"name": name} for name in self._model.tags]})
+        model = self._model
+        model.asked.append(f"GET {self._path()}")
+        if self._path() == "/api/tags" and model.tags is not None:
+            self._send_json(200, {"models": [{"name": name} for name in model.tags]})
         elif self._path() == "/v1/models":
-            self._send_json(
-                200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]}
-            )
+            self._send_json(200, {"object": "list", "data": model.listed})
+        elif self._path() == "/props" and model.props is not None:
+            self._send_json(200, model.props)
         else:
             self._not_found()
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if self._path() == "/api/show":
+            self._model.asked.append("POST /api/show")
+            if self._model.show is None:
+                self._not_found()
+            else:
+                self._send_json(200, self._model.show)
+            return
         if self._path() not in ("/v1/chat/completions", "/chat/completions"):
             self._not_found()
             return

@@ -237,16 +237,21 @@ async def _models(args: argparse.Namespace) -> int:
         print(f"crow: no model {args.check} (these are: {', '.join(names)})", file=sys.stderr)
         return EXIT_USAGE
     failed = False
-    for name in names:
-        spec = config.models[name]
-        where = config.providers[spec.provider].base_url or "(in process)"
-        if args.check is None or args.check not in ("", name):
-            state = await listing.reachable(config, spec)
-        else:
-            ok, state = await listing.check(config, name)
-            failed = failed or not ok
-        origin, kinds = listing.origin(config, spec), listing.describe(spec)
-        print(f"{name:20} {origin:12} {where:32} {kinds:16} {state}")
+    sources: set[str] = set()
+    async with listing.described(config) as describe:
+        for name in names:
+            spec = await describe(name)
+            sources.update([spec.discovered] if spec.discovered else [])
+            where = config.providers[spec.provider].base_url or "(in process)"
+            if args.check is None or args.check not in ("", name):
+                state = await listing.reachable(config, spec)
+            else:
+                ok, state = await listing.check(config, name)
+                failed = failed or not ok
+            origin, kinds = listing.origin(config, spec), listing.describe(spec)
+            print(f"{name:20} {origin:12} {where:32} {kinds:28} {state}")
+    if sources:
+        print(f"* as the server describes the model ({'; '.join(sorted(sources))})")
     return 1 if failed else 0
 
 

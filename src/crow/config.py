@@ -20,6 +20,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .private import tighten_file
 
@@ -101,6 +102,10 @@ class ModelSpec:
     capabilities: frozenset[str] = frozenset({"tools"})
     context_window: int = DEFAULT_CONTEXT_WINDOW
     max_output_tokens: int = DEFAULT_MAX_OUTPUT
+    #: The fields config.toml set: what a server says (models.discovery) never beats them.
+    declared: frozenset[str] = frozenset()
+    #: Where the server's own figures came from ("ollama /api/show"); "" if none.
+    discovered: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,7 +295,7 @@ def _zero_config(
     explicit_url = base_url or os.environ.get("OPENAI_BASE_URL")
     provider = ProviderSpec(
         name="default",
-        base_url=explicit_url or DEFAULT_BASE_URL,
+        base_url=explicit_url or _ollama_url(os.environ.get("OLLAMA_HOST", "")),
         api_key=os.environ.get("OPENAI_API_KEY"),
         guessed=explicit_url is None,
     )
@@ -303,6 +308,23 @@ def _zero_config(
     return providers, models, tuple(models)
 
 
+def _ollama_url(host: str) -> str:
+    """Where ollama serves, as its own ``OLLAMA_HOST`` says (``host``, ``host:port``
+    or a URL; a wildcard bind means this machine); DEFAULT_BASE_URL without it."""
+    host = host.strip()
+    if not host:
+        return DEFAULT_BASE_URL
+    parts = urlsplit(host if "://" in host else f"http://{host}")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 11434)
+    except ValueError:
+        return DEFAULT_BASE_URL  # not a host ollama could use either
+    name = parts.hostname or "localhost"
+    name = "localhost" if name in ("0.0.0.0", "::") else name
+    name = f"[{name}]" if ":" in name else name
+    return f"{parts.scheme}://{name}:{port}/v1"
+
+
 def embedded_spec(name: str = "") -> ModelSpec:
     """The model the ``local`` extra ships: text only, no tools (too small to call
     them reliably), its full 8k context."""
@@ -313,6 +335,7 @@ def embedded_spec(name: str = "") -> ModelSpec:
         capabilities=frozenset(),
         context_window=EMBEDDED_CONTEXT,
         max_output_tokens=1024,
+        declared=frozenset({"capabilities", "context_window"}),
     )
 
 
@@ -350,6 +373,7 @@ def _override(
         capabilities=base.capabilities,
         context_window=base.context_window,
         max_output_tokens=base.max_output_tokens,
+        declared=base.declared,
     )
     return providers, models, (name, *[m for m in chain if m != name])
 
@@ -432,6 +456,7 @@ def _models(source: str, raw: Any, providers: dict[str, ProviderSpec]) -> dict[s
                 f"{key}.max_output_tokens",
                 table.get("max_output_tokens", DEFAULT_MAX_OUTPUT),
             ),
+            declared=frozenset({"capabilities", "context_window"} & table.keys()),
         )
     return out
 

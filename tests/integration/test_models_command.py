@@ -62,3 +62,16 @@ def test_checking_an_unknown_model_is_a_usage_error(crow_home, scripted_model):
     refused = crow_models("--check", "nope")
     assert refused.returncode == 2
     assert refused.stderr == "crow: no model nope (these are: main)\n"
+
+
+def test_what_the_server_says_is_listed_and_marked(crow_home, scripted_model):
+    write_config(crow_home, scripted_model.base_url)
+    scripted_model.show = {
+        "capabilities": ["completion", "tools", "thinking"],
+        "model_info": {"qwen3.context_length": 40960},
+    }
+    listed = crow_models()
+    assert listed.returncode == 0, listed.stderr
+    main, footnote = listed.stdout.splitlines()
+    assert "reasoning, tools; 40960*" in main
+    assert footnote == "* as the server describes the model (ollama /api/show)"

@@ -40,7 +40,7 @@ async def compact(turn: Turn, *, reason: str, keep_last_user: bool = True) -> bo
     older, recent = (entries[:-keep], entries[-keep:]) if keep else (entries, [])
     if len(older) < 2:
         return False
-    spec = turn.agent.config.models[session.model]
+    spec = turn.agent.router.spec(session.model)
     budget = spec.context_window * 3  # characters: about three quarters of the window
     rendered = _render(older)[-budget:]
     request = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": rendered}]

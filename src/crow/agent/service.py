@@ -83,10 +83,15 @@ class CrowAgent:
         self.live: dict[str, LiveSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._lease_keeper: asyncio.Task[None] | None = None
-        self.prompt_caps = prompt_capabilities(config.models[config.chain[0]].capabilities)
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
+    @property
+    def prompt_caps(self) -> schema.PromptCapabilities:
+        """What prompts may hold: what the first model takes, as its server
+        described it once it was asked (models.discovery), else as configured."""
+        return prompt_capabilities(self.router.spec(self.config.chain[0]).capabilities)
+
     def capabilities(self) -> schema.AgentCapabilities:
         return schema.AgentCapabilities(
             session=schema.SessionCapabilities(
@@ -423,8 +428,10 @@ class CrowAgent:
 
     def config_options(self, session: LiveSession) -> list[schema.SessionConfigOption]:
         options = [
-            schema.SessionConfigSelectOption(value=name, name=name, description=_describe(spec))
-            for name, spec in self.config.models.items()
+            schema.SessionConfigSelectOption(
+                value=name, name=name, description=_describe(self.router.spec(name))
+            )
+            for name in self.config.models
         ]
         return [
             schema.SelectSessionConfigOption(

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from ..config import Config, ModelSpec, ProviderSpec
 from ..redact import redact, redact_url
+from .discovery import Finding, discover
 from .errors import (
     ModelError,
     ModelOverloaded,
@@ -74,9 +75,7 @@ class ModelClient:
 
             from .transport import AiohttpTransport
 
-            key = (os.environ.get(provider.api_key_env) if provider.api_key_env else None) or (
-                provider.api_key or "not-needed"  # local servers ignore the key
-            )
+            key = _api_key(provider) or "not-needed"  # local servers ignore the key
             timeout = self.config.retry.timeout_s
             client = self._clients[provider.name] = openai.AsyncOpenAI(
                 base_url=provider.base_url,
@@ -106,6 +105,18 @@ class ModelClient:
         writer.close()
         self._seen_listening.add(provider.name)
         self._ollama_ids[spec.name] = await _ollama_pick(provider.base_url, spec.model_id)
+
+    async def discover(self, spec: ModelSpec) -> Finding | None:
+        """What ``spec``'s server says of it (models.discovery); None for an embedded
+        model or a server that does not answer.  Raises ModelUnreachable when zero
+        config's guessed server is not there."""
+        provider = self.config.providers[spec.provider]
+        if provider.kind == "local":
+            return None
+        if provider.guessed and provider.name not in self._seen_listening:
+            await self._probe(spec, provider)
+        model_id = self._ollama_ids.get(spec.name, spec.model_id)
+        return await discover(provider.base_url, model_id, api_key=_api_key(provider))
 
     async def stream(
         self,
@@ -176,6 +187,11 @@ class ModelClient:
                 f"{spec.name}: the reply ended without a finish reason", model=spec.name
             )
         yield Finished(finish_reason=finish_reason, model=spec.name, usage=usage)
+
+
+def _api_key(provider: ProviderSpec) -> str | None:
+    from_env = os.environ.get(provider.api_key_env) if provider.api_key_env else None
+    return from_env or provider.api_key
 
 
 async def _ollama_pick(base_url: str, wanted: str) -> str:

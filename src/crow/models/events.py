@@ -8,7 +8,9 @@ __all__ = [
     "Event",
     "FallingBack",
     "Finished",
+    "Loading",
     "ReasoningDelta",
+    "Retrying",
     "Stripped",
     "TextDelta",
     "ToolCallDelta",
@@ -78,4 +80,33 @@ class Substituted:
     model_id: str
 
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Finished | FallingBack | Stripped | Substituted
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Retrying:
+    """``model`` failed with a transient error; attempt ``attempt`` of ``attempts``
+    starts in ``delay_s`` seconds."""
+
+    model: str
+    attempt: int
+    attempts: int
+    reason: str
+    delay_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Loading:
+    """An embedded model is being loaded into memory before it can answer."""
+
+    model: str
+
+
+Event = (
+    TextDelta
+    | ReasoningDelta
+    | ToolCallDelta
+    | Finished
+    | FallingBack
+    | Stripped
+    | Substituted
+    | Retrying
+    | Loading
+)

@@ -2,22 +2,26 @@
 answers now; ``--check [NAME]`` makes a real one-token call and reports its time
 or its exact error.
 
-One line per model in the chain, in order::
+One line per model in the chain, in order, with its capabilities and context
+window as its server describes them (models.discovery; ``*`` marks figures the
+server gave) or as configured::
 
-    qwen3:8b      ollama guess  http://localhost:11434/v1  tools        unreachable
-    smollm2-135m  embedded      (in process)               text only    ready
+    qwen3:8b      ollama guess  http://localhost:11434/v1  tools, reasoning; 40960*  ready
+    smollm2-135m  embedded      (in process)               text only; 8192           ready
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from ..config import Config, ModelSpec
 
-__all__ = ["check", "describe", "origin", "reachable"]
+__all__ = ["check", "describe", "described", "origin", "reachable"]
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -54,8 +58,23 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
     return "ready" if answer.is_success else f"answers {answer.status_code}"
 
 
+@contextlib.asynccontextmanager
+async def described(config: Config) -> AsyncIterator[Callable[[str], Awaitable[ModelSpec]]]:
+    """A function from a model's name to its spec as its server describes it."""
+    from .router import ModelRouter
+
+    router = ModelRouter(config)
+    try:
+        yield router.describe
+    finally:
+        await router.aclose()
+
+
 def describe(spec: ModelSpec) -> str:
-    return ", ".join(sorted(spec.capabilities)) or "text only"
+    """Capabilities and context window; ``*`` after what the server said."""
+    mark = "*" if spec.discovered else ""
+    kinds = ", ".join(sorted(spec.capabilities)) or "text only"
+    return f"{kinds}; {spec.context_window}{mark}"
 
 
 async def check(config: Config, name: str) -> tuple[bool, str]:

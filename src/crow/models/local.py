@@ -27,7 +27,7 @@ from typing import Any
 
 from ..config import EMBEDDED_MODEL, ModelSpec
 from .errors import ContextLengthExceeded, ModelRejected
-from .events import Event, Finished, Usage
+from .events import Event, Finished, Loading, Usage
 
 __all__ = [
     "LocalModels",
@@ -91,7 +91,10 @@ class LocalModels:
         *,
         tools: list[dict[str, Any]] | None = None,
     ) -> AsyncGenerator[Event, None]:
-        model = await self._load(spec)
+        model = self._loaded.get(spec.model_id)
+        if model is None:
+            yield Loading(model=spec.name)
+            model = await self._load(spec)
         request: dict[str, Any] = {
             "messages": messages if tools else plain_messages(messages),
             "max_tokens": spec.max_output_tokens,

@@ -7,6 +7,11 @@ error, or running out of attempts, falls to the next model.  A failure after
 output has streamed is never retried (the client has seen part of a reply) and
 neither is a context-length error (the caller compacts and asks again).  When
 the chain is exhausted the last error is raised, naming every model tried.
+
+Before a model's first call the router asks its server what the model can do
+(``describe``, models.discovery); modality stripping, tool offering and the
+caller's compaction then use what the server said, where config.toml did not
+say otherwise.
 """
 
 from __future__ import annotations
@@ -20,8 +25,9 @@ from ..config import Config, ModelSpec
 from ..redact import redact_url
 from .adapt import fit_messages
 from .client import ModelClient
+from .discovery import merge
 from .errors import ContextLengthExceeded, ModelError, ModelStreamBroken, ModelUnreachable
-from .events import Event, FallingBack, Stripped
+from .events import Event, FallingBack, Retrying, Stripped
 
 __all__ = ["ModelRouter"]
 
@@ -32,12 +38,34 @@ class ModelRouter:
     def __init__(self, config: Config, client: ModelClient | None = None) -> None:
         self.config = config
         self.client = client or ModelClient(config)
+        self._described: dict[str, ModelSpec] = {}  # name -> as its server describes it
+        self._describing: dict[str, asyncio.Lock] = {}
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
     def spec(self, name: str) -> ModelSpec:
-        return self.config.models[name]
+        """The model as known now: its server's description once one was had."""
+        return self._described.get(name) or self.config.models[name]
+
+    async def describe(self, name: str) -> ModelSpec:
+        """The model as its server describes it, asked once per process (again
+        while nothing answers); the configured spec when the server says nothing."""
+        if name in self._described:
+            return self._described[name]
+        async with self._describing.setdefault(name, asyncio.Lock()):
+            if name in self._described:
+                return self._described[name]
+            spec = self.config.models[name]
+            try:
+                found = await self.client.discover(spec)
+            except ModelError:
+                return spec  # the call will fail and say why
+            if found is None and self.config.providers[spec.provider].kind != "local":
+                return spec  # nothing answered: ask again next time
+            described = merge(spec, found) if found else spec
+            self._described[name] = described
+            return described
 
     def chain_from(self, first: str) -> list[ModelSpec]:
         """``first`` then the configured fallbacks (without repeating it)."""
@@ -54,6 +82,7 @@ class ModelRouter:
         chain = self.chain_from(first)
         failures: list[str] = []
         for position, spec in enumerate(chain):
+            spec = await self.describe(spec.name)
             fitted, stripped = fit_messages(messages, spec)
             use_tools = list(tools) if tools and "tools" in spec.capabilities else None
             try:
@@ -119,5 +148,12 @@ class ModelRouter:
                 if self._guessed(spec) and isinstance(exc, ModelUnreachable):
                     raise  # a guess that nothing answers: no use waiting for it
                 log.info("model %s: %s; retry %d in %.1fs", spec.name, exc.message, attempt, delay)
+                yield Retrying(
+                    model=spec.name,
+                    attempt=attempt + 1,
+                    attempts=policy.attempts,
+                    reason=exc.message,
+                    delay_s=delay,
+                )
                 await asyncio.sleep(delay)
                 delay *= 2
