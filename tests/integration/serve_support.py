@@ -89,6 +89,20 @@ def kinds(seen: list[dict[str, Any]]) -> list[str]:
     return [u["sessionUpdate"] for u in seen]
 
 
+#: Live-only updates: state changes and notices (a turn waiting for its tool
+#: servers, a retry) are sent to whoever watches, never replayed.
+LIVE_ONLY = ("state_update", "notice")
+
+
+def replayable(seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a replay gives back of live updates."""
+    return [u for u in seen if u["sessionUpdate"] not in LIVE_ONLY]
+
+
+def without_notices(seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [u for u in seen if u["sessionUpdate"] != "notice"]
+
+
 def text_of(seen: list[dict[str, Any]], kind: str = "agent_message_chunk") -> str:
     return "".join(u["content"]["text"] for u in seen if u["sessionUpdate"] == kind)
 

@@ -176,6 +176,29 @@ def test_resuming_a_session_replays_its_history_first(chat, scripted_model):
     assert "the first answer" in history
 
 
+def test_a_replayed_turn_that_was_cancelled_says_so(chat, scripted_model):
+    scripted_model.script(Hang(), Text(text="answered"))
+    first = chat()
+    first.expect(r"session (sess_[0-9a-z]+) ", timeout=TIMEOUT)
+    session_id = first.match.group(1)
+    prompt(first)
+    first.send("never answered\r")
+    scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    first.send("\x03")
+    see(first, "[cancelled]")
+    prompt(first)
+    first.send("answered one\r")
+    see(first, "answered")
+    prompt(first)
+    first.send("\x04")
+    first.expect(pexpect.EOF, timeout=TIMEOUT)
+
+    again = chat("--session", session_id, configure=False)
+    see(again, "you> never answered", "[cancelled]", "you> answered one", "answered")
+    see(again, f"session {session_id}")
+    assert "[cancelled]" not in again.before  # once, after its own turn
+
+
 def test_ctrl_d_leaves_with_status_0_and_the_agent_ends(chat):
     child = chat()
     prompt(child)
@@ -206,6 +229,27 @@ def test_an_agent_that_cannot_start_exits_7_with_one_line(chat):
     assert child.exitstatus == 7
     lines = [line for line in child.before.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("crow: ")
+
+
+def test_prompts_from_a_pipe_are_answered_line_by_line(crow_home, scripted_model):
+    write_config(crow_home, scripted_model.base_url, extra=probe_config())
+    scripted_model.script(
+        Text(text="first reply"),
+        ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]),
+        Text(text="not written"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "crow", "chat"],
+        input="hello\nwrite \\\nit\n/exit\nnever sent\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "first reply\nnot written\n"
+    assert "Warning" not in done.stderr and "nobody at a terminal to ask" in done.stderr
+    assert [user_text(r) for r in scripted_model.requests[:2]] == ["hello", "write \nit"]
+    assert len(scripted_model.requests) == 3
 
 
 def _children(pid: int) -> list[int]:

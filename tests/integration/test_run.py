@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from fakemodel import Error, Hang, Text, ToolCalls
+from fakemodel import Error, Hang, Slow, Text, ToolCalls
 from serve_support import write_config
 from support import ROOT
 from test_serve_tools import probe_config
@@ -41,6 +41,14 @@ def configured(crow_home, scripted_model):
 
     configure()
     return configure
+
+
+def test_without_a_terminal_there_is_no_status_line(configured):
+    configured().script(Slow("slow but sure", chunks=2, delay_s=0.7))
+    result = crow("run", "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "slow but sure\n"
+    assert "waiting" not in result.stderr and "\r" not in result.stderr
 
 
 def test_the_reply_goes_to_stdout_and_the_exit_code_is_0(configured):
@@ -236,3 +244,30 @@ def test_a_first_run_with_nothing_configured_answers_on_the_embedded_model(crow_
         "crow: using the embedded model smollm2-135m (no model server at "
         "http://localhost:11434/v1, where Crow looks for ollama when none is configured)"
     ]
+
+
+def test_a_first_run_finds_ollama_by_ollama_host_and_asks_what_its_model_can_do(
+    crow_home, scripted_model, monkeypatch
+):
+    """Zero config against an ollama-style server: /api/tags picks a model it has,
+    /api/show says it has no tools and its context, and the turn goes by that."""
+    for var in ("OPENAI_BASE_URL", "CROW_MODEL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OLLAMA_HOST", scripted_model.base_url.removesuffix("/v1"))
+    scripted_model.tags = ["gemma3:270m"]
+    scripted_model.show = {
+        "capabilities": ["completion"],
+        "model_info": {"gemma3.context_length": 32768},
+        "parameters": "num_ctx 4096",
+    }
+    scripted_model.script(Text(text="Hello!", usage=(12, 2)))
+    result = crow("run", "--json", "hi")
+    assert result.returncode == 0, result.stderr
+    assert len(scripted_model.requests) == 1, (result.stderr, scripted_model.asked)
+    [request] = scripted_model.requests
+    assert request["model"] == "gemma3:270m" and "tools" not in request
+    assert scripted_model.asked[:2] == ["GET /api/tags", "POST /api/show"]
+    updates = [json.loads(line)["update"] for line in result.stdout.splitlines()]
+    [usage] = [u for u in updates if u["sessionUpdate"] == "usage_update"]
+    assert (usage["used"], usage["size"]) == (14, 4096)
+    assert "ollama has no qwen3:8b; using gemma3:270m" in result.stderr

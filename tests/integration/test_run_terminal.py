@@ -17,7 +17,7 @@ from typing import Any
 
 import pexpect
 import pytest
-from fakemodel import Hang
+from fakemodel import Error, Hang, Text
 from serve_support import Terminals, write_config
 
 TIMEOUT = 20
@@ -36,12 +36,34 @@ def test_ctrl_c_at_the_terminal_cancels_the_turn_and_the_agent_says_so(run, scri
     scripted_model.script(Hang())
     child = run("wait for me")
     scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    child.expect("waiting for the model…")  # the status line, while nothing comes
     child.sendintr()  # the terminal's Ctrl-C: SIGINT to the foreground group
     child.expect("cancelling")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 5, child.before  # the agent lived to answer "cancelled"
     assert "Traceback" not in (child.before or "")
+
+
+def test_the_status_line_says_a_retry_and_is_gone_before_the_reply(
+    crow_home: Path, scripted_model: Any, tmp_path: Path
+) -> None:
+    write_config(crow_home, scripted_model.base_url, retry_attempts=3)
+    config = crow_home / "config.toml"
+    config.write_text(config.read_text().replace("backoff_s = 0.01", "backoff_s = 1.5"))
+    scripted_model.script(Error(status=503, message="loading"), Text(text="done at last"))
+    env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
+    terminals = Terminals(env, tmp_path, TIMEOUT)
+    try:
+        child = terminals.start("run", "hi")
+        child.expect(r"retrying main \(2/3\)…")
+        child.expect("\x1b\\[K")  # erased, then the reply
+        child.expect("done at last")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+    finally:
+        terminals.close()
 
 
 def test_ctrl_c_during_start_up_leaves_quietly(run):

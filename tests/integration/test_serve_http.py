@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 from fakemodel import Text, ToolCalls
-from serve_support import write_config
+from serve_support import replayable, write_config
 from test_serve_tools import probe_config
 
 from crow.acp import ClientSide, schema
@@ -222,7 +222,7 @@ async def test_two_clients_see_the_same_updates_in_the_same_order(server, script
     assert live and live[-1].get("stopReason") == "end_turn"  # it watched the turn end live
     before = seen_first[: len(seen_first) - len(live)]
     assert seen_first[len(before) :] == live
-    assert seen_second[:snapshot] == [u for u in before if not is_state(u)]
+    assert seen_second[:snapshot] == replayable(before)
     assert seen_second[snapshot]["state"] == [u for u in before if is_state(u)][-1]["state"]
     assert watcher.projection.text() == session.projection.text()
     await first.aclose()

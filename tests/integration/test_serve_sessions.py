@@ -7,7 +7,7 @@ import signal
 
 import pytest
 from fakemodel import Hang, Text
-from serve_support import is_idle, kinds, notes, text_of, updates
+from serve_support import is_idle, kinds, notes, replayable, text_of, updates
 
 from crow.acp.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND
 
@@ -31,7 +31,7 @@ def test_a_new_process_lists_and_resumes_the_sessions_of_an_earlier_one(
     assert "configOptions" in response["result"]
     # Everything that was sent live comes back, in order (the content: the state
     # changes of past turns are not replayed), then the current state, once.
-    assert replay[:-1] == content(live)
+    assert replay[:-1] == replayable(live)
     assert replay[-1] == {
         "sessionUpdate": "state_update",
         "state": "idle",
@@ -40,11 +40,6 @@ def test_a_new_process_lists_and_resumes_the_sessions_of_an_earlier_one(
     second.run_turn(sid, "and now?")
     history = scripted_model.requests[-1]["messages"]
     assert {"role": "assistant", "content": "remembered"} in history
-
-
-def content(seen):
-    """What a replay gives back of live updates: all but the state changes."""
-    return [u for u in seen if u["sessionUpdate"] != "state_update"]
 
 
 def collect_until(process, predicate):
@@ -88,7 +83,7 @@ def test_kill_9_mid_turn_loses_nothing_and_closes_the_turn_honestly(crow, script
     resumed, replay = second.resume(sid, replayFrom={"type": "start"})
     assert "result" in resumed
     # No update lost or doubled: the client's view is a prefix of the replay.
-    seen = content(received)
+    seen = replayable(received)
     assert replay[: len(seen)] == seen
     tail = replay[len(seen) :]
     assert [u["sessionUpdate"] for u in tail[-2:]] == ["agent_message", "state_update"]

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from fakemodel import Drop, Error, Hang, Text
-from serve_support import kinds, notes, text_of, updates
+from serve_support import kinds, notes, text_of, updates, without_notices
 
 from crow.acp.errors import INVALID_PARAMS, RESOURCE_NOT_FOUND
 
@@ -19,6 +19,9 @@ def test_the_turn_lifecycle_in_order(crow, scripted_model):
     response, before = agent.prompt(sid, "hi")
     message_id = response["result"]["messageId"]
     seen = updates(before + agent.until_update(lambda u: u.get("stopReason")))
+    waits = [u["title"] for u in seen if u["sessionUpdate"] == "notice"]
+    assert waits in ([], ["starting the tool servers", "the tool servers are up"])
+    seen = without_notices(seen)
     assert kinds(seen) == [
         "available_commands_update",
         "user_message",

@@ -103,7 +103,8 @@ def test_the_ts_sdk_client_drives_crow_serve(crow_home, scripted_model):
     assert report["initialize"]["info"]["name"] == "crow"
     assert report["stopReason"] == "end_turn"
     assert report["agentText"] == "Hello from the model"
-    live = report["liveUpdates"]
+    # Notices (the turn waiting for its tool servers) come and go with timing.
+    live = [u for u in report["liveUpdates"] if u["sessionUpdate"] != "notice"]
     kinds = [u["sessionUpdate"] for u in live]
     assert kinds[kinds.index("user_message") :] == [
         "user_message",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from crow.extensions import WAIT_OVER
 from crow.store.aio import AsyncStore, settled
 from crow.store.db import SessionRecord
 from crow.tools.hub import ToolHub
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from .turn import Turn
 
 __all__ = ["LiveSession", "new_id", "now"]
+
+#: A wait shorter than this is not worth a notice: it would flicker past.
+NOTICE_WAITS_AFTER_S = 0.25
 
 
 def new_id(prefix: str) -> str:
@@ -60,9 +64,16 @@ class LiveSession:
     log_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def ready_tools(self) -> ToolHub | None:
-        """The session's tool hub once its servers have started (or failed)."""
-        if self.tools_started is not None:
-            await asyncio.shield(self.tools_started)
+        """The session's tool hub once its servers have started (or failed).
+        A wait long enough to notice is said in a live ``notice``, and its end."""
+        started = self.tools_started
+        if started is None or started.done():
+            return self.tools
+        done, _ = await asyncio.wait([started], timeout=NOTICE_WAITS_AFTER_S)
+        if not done:
+            self.notice("starting the tool servers", "info")
+            await asyncio.shield(started)
+            self.notice("the tool servers are up", "info", meta={WAIT_OVER: True})
         return self.tools
 
     def detach_tools(self) -> Coroutine[Any, Any, None] | None:
@@ -138,6 +149,26 @@ class LiveSession:
             raise asyncio.CancelledError
         for slow in backed_up:  # a slow reader slows its turn, never drops updates
             await slow.drained()
+
+    def notice(
+        self,
+        title: str,
+        severity: str,
+        *,
+        description: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        """A live ``notice`` for whoever watches now: what the turn waits for
+        (tool servers starting, a retry, a model loading), or ``WAIT_OVER`` in
+        ``meta`` when that wait ended.  Not session history: never logged or replayed."""
+        update: dict[str, Any] = {"sessionUpdate": "notice", "severity": severity, "title": title}
+        if description:
+            update["description"] = description
+        if meta:
+            update["_meta"] = meta
+        body = orjson.dumps(update)
+        for watcher in list(self.watchers):
+            watcher.deliver(self.id, None, update, body)
 
     def broadcast_unlogged(self, update: dict[str, Any]) -> None:
         """Send without logging: only when the store has failed, so that no

@@ -1,7 +1,8 @@
 """One prompt turn: the react loop, from the user's message to ``idle``.
 
     user_message → running → (agent_thought_chunk | agent_message_chunk)* →
-    agent_thought / agent_message snapshots → usage_update → … → idle(stopReason)
+    agent_thought / agent_message snapshots → usage_update → … →
+    [_crow/turnEnded(stopReason)] → idle(stopReason)
 
 The stop reason is always the true one: ``end_turn``; ``max_tokens`` (the model
 hit its output limit); ``refusal`` (its content filter); ``max_turn_requests``
@@ -16,6 +17,10 @@ the turn's first step is remembered and honoured right after its
 When the store fails, the end is still sent to every watcher, unlogged, and
 logged later (``settle_in_background``); until then the store still holds the
 turn's lease, so a process that inherits it closes the turn as interrupted.
+
+A turn that ends other than ``end_turn`` also logs ``_crow/turnEnded`` (a custom
+update, ignored by other clients): a resume replays content but no state
+changes, and this is how a replay still shows that a turn was cancelled or failed.
 """
 
 from __future__ import annotations
@@ -27,11 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from crow.extensions import TURN_ENDED
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
     FallingBack,
     Finished,
+    Loading,
     ReasoningDelta,
+    Retrying,
     Stripped,
     Substituted,
     TextDelta,
@@ -189,6 +197,9 @@ class Turn:
         }
         if error is not None:
             update["error"] = {"code": -32603, "message": error}
+        if stop != "end_turn":  # history keeps how a turn ended; replay drops state_update
+            ended = {k: v for k, v in update.items() if k in ("stopReason", "error")}
+            await self.quietly(self.session.emit({"sessionUpdate": TURN_ENDED, **ended}))
         try:
             await self.session.emit(update)
         except StoreUnavailable as exc:
@@ -258,7 +269,7 @@ class Turn:
         return out
 
     async def call_model(self) -> Reply:
-        spec = self.agent.config.models[self.session.model]
+        spec = await self.agent.router.describe(self.session.model)
         messages = await self.messages()
         if _estimate_tokens(messages) > COMPACT_AT * spec.context_window:
             await compaction.compact(self, reason="the conversation nears the context window")
@@ -315,6 +326,14 @@ class Turn:
                     f"(ollama pull {event.model} for Crow's default)",
                     "info",
                 )
+            elif isinstance(event, Retrying):
+                session.notice(
+                    f"retrying {event.model} ({event.attempt}/{event.attempts})",
+                    "warning",
+                    description=event.reason,
+                )
+            elif isinstance(event, Loading):
+                session.notice(f"loading {event.model}", "info")
             elif isinstance(event, Stripped):
                 kinds = " and ".join(event.modalities)
                 await self.note(
@@ -365,7 +384,7 @@ class Turn:
     async def report_usage(self, reply: Reply) -> None:
         if reply.usage is None or reply.model is None:
             return
-        spec = self.agent.config.models[reply.model]
+        spec = self.agent.router.spec(reply.model)
         await self.session.emit(
             {
                 "sessionUpdate": "usage_update",

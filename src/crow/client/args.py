@@ -27,7 +27,9 @@ RUN_HELP = """crow run "prompt": one prompt, the reply on stdout, the outcome in
 
 stdout carries the agent's reply (or, with --json, every session/update
 as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
-short lines.  Ctrl-C cancels the turn; a second Ctrl-C leaves at once."""
+short lines; on a terminal a status line on stderr says what a quiet turn
+waits for (the agent starting, the tool servers, the model, a retry, a tool).
+Ctrl-C cancels the turn; a second Ctrl-C leaves at once."""
 CHAT_HELP = """crow chat: a line REPL on the client role, for people at a terminal.
 
     Enter                    send the prompt
@@ -39,10 +41,11 @@ CHAT_HELP = """crow chat: a line REPL on the client role, for people at a termin
     Ctrl-D, /exit, /quit     leave
 
 The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
-notes go to stderr as short lines, and a small spinner on stderr says the
-agent is working while nothing is being written.  A turn that ends other than
-with end_turn says so in one line, such as [cancelled].  With
---session ID the session's history is replayed first."""
+notes go to stderr as short lines, and a small spinner on stderr says what
+the agent is doing while nothing is being written.  A turn that ends other
+than with end_turn says so in one line, such as [cancelled], in a replay too.
+With --session ID the session's history is replayed first.  Prompts can come
+from a pipe (a line each); permission questions are then refused."""
 SESSIONS_HELP = """crow sessions: list, show (the replayed conversation as text), delete.
 
 crow sessions [list] [--cwd DIR]

@@ -7,10 +7,14 @@ without any of them the request is refused and the run says which flag to pass.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
+
+if TYPE_CHECKING:
+    from .screen import Screen
 
 __all__ = ["PermissionAsker"]
 
@@ -54,6 +58,7 @@ class PermissionAsker:
         self.tty_in = tty_in
         self.tty_out = tty_out or sys.stderr
         self.refused: list[str] = []  # titles refused for want of a flag
+        self.screen: Screen | None = None  # its status line is hidden while asking
 
     async def __call__(self, request: schema.RequestPermissionRequest) -> Any:
         options = list(request.options)
@@ -62,7 +67,8 @@ class PermissionAsker:
         elif self.mode == "no":
             choice = _choose(options, "reject_once", "reject_always")
         elif self.mode == "ask":
-            choice = await asyncio.to_thread(self.ask, request.title, options)
+            with self.screen.paused() if self.screen else contextlib.nullcontext():
+                choice = await asyncio.to_thread(self.ask, request.title, options)
         else:
             self.refused.append(request.title)
             return CANCELLED

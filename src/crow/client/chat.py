@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any, TextIO, cast
 
@@ -28,21 +27,19 @@ from prompt_toolkit.output import Output, create_output
 
 from crow.acp import AcpError, ClientSide, Message, Session, ToolCall, schema
 from crow.config import Paths
+from crow.extensions import TURN_ENDED
 
 from .args import no_such_session, serve_options, usage_problem
 from .asking import CANCELLED, _selected, pick
 from .connect import AgentUnavailable, connect
-from .render import TextRenderer, activity, is_note
+from .render import TextRenderer, activity, is_note, status
+from .screen import ReplyStream, Screen, isatty
 
 __all__ = ["main"]
 
 EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_INTERRUPTED = 2, 7, 9, 130
 PROMPT = "you> "
 CONTINUATION = "  .. "
-SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-SPIN_EVERY_S = 0.1
-QUIET_BEFORE_SPIN_S = 0.3  # the spinner appears only after this long without output
-ERASE = "\r\x1b[K"
 LEAVE = ("/exit", "/quit")  # the client's own commands: they never reach the agent
 
 
@@ -67,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _chat(args: argparse.Namespace) -> int:
-    screen = Screen(sys.stdout, sys.stderr)
+    screen = Screen(sys.stdout, sys.stderr, separate=True)
     chat = Chat(screen)
     async with connect(
         args.command,
@@ -78,6 +75,7 @@ async def _chat(args: argparse.Namespace) -> int:
     ) as client:
         if args.session:
             cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
+            chat.note_turn_ends(client)
             session = await client.resume_session(args.session, os.path.abspath(cwd), replay=True)
             chat.replay(session)
         else:
@@ -102,95 +100,6 @@ async def _session_cwd(client: ClientSide, session_id: str) -> str | None:
     except AcpError:
         return None  # an agent without session/list: the caller falls back
     return None
-
-
-class Screen:
-    """The terminal: the reply on stdout, lines on stderr, and the spinner between them.
-
-    Every write erases the spinner first, and the spinner is only drawn at the
-    start of a line, so it never lands inside the reply.
-    """
-
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self.out = out
-        self.err = err
-        self.at_line_start = True
-        self.spinning = False  # a turn runs: the spinner may be drawn
-        self.shown = False  # the spinner is on the screen now
-        self.quiet_since = time.monotonic()
-        self.frame = 0
-        self.can_spin = _isatty(err)
-
-    def write(self, text: str) -> None:
-        """Reply text, as it streams."""
-        if not text:
-            return
-        self.erase()
-        self.out.write(text)
-        self.out.flush()
-        self.at_line_start = text.endswith("\n")
-        self.quiet_since = time.monotonic()
-
-    def line(self, text: str) -> None:
-        """A line of its own on stderr."""
-        self.erase()
-        if not self.at_line_start:
-            self.out.write("\n")
-            self.out.flush()
-        self.err.write(text + "\n")
-        self.err.flush()
-        self.at_line_start = True
-        self.quiet_since = time.monotonic()
-
-    def erase(self) -> None:
-        if self.shown:
-            self.err.write(ERASE)
-            self.err.flush()
-            self.shown = False
-
-    def tick(self) -> None:
-        if not (self.can_spin and self.spinning and self.at_line_start):
-            return
-        if time.monotonic() - self.quiet_since < QUIET_BEFORE_SPIN_S:
-            return
-        self.err.write(f"\r{SPINNER[self.frame % len(SPINNER)]} working…")
-        self.err.flush()
-        self.shown = True
-        self.frame += 1
-
-    @contextlib.contextmanager
-    def spinner(self) -> Iterator[None]:
-        """Spin (when quiet) for the duration of the block; erased after."""
-        self.spinning, self.quiet_since = True, time.monotonic()
-        try:
-            yield
-        finally:
-            self.spinning = False
-            self.erase()
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """No spinner while someone is asked something."""
-        spinning, self.spinning = self.spinning, False
-        self.erase()
-        try:
-            yield
-        finally:
-            self.spinning, self.quiet_since = spinning, time.monotonic()
-
-
-class _ReplyStream:
-    """What ``TextRenderer`` writes to: the screen's stdout side."""
-
-    def __init__(self, screen: Screen) -> None:
-        self.screen = screen
-
-    def write(self, text: str) -> int:
-        self.screen.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
 
 
 class CommandCompleter(Completer):
@@ -276,6 +185,7 @@ class Chat:
         self.cancelling: list[asyncio.Task[None]] = []
         self.typeahead = ""
         self.asking = asyncio.Lock()  # one permission question at a time
+        self.turn_ends: list[tuple[int, str]] = []  # (entries before it, its line), replayed
 
     # ---- setup -----------------------------------------------------------------
     def attach(self, client: ClientSide, session: Session) -> None:
@@ -283,10 +193,29 @@ class Chat:
         self.completer.session = session
         client.on_update(self.on_update)
 
+    def note_turn_ends(self, client: ClientSide) -> None:
+        """While a resume replays, note where each turn that did not end with
+        ``end_turn`` ended (``_crow/turnEnded``: after how many entries)."""
+
+        def on_update(session_id: str, update: Any) -> None:
+            if self.session is None and getattr(update, "session_update", None) == TURN_ENDED:
+                fields = update.model_extra or {}
+                ending = _ending(str(fields.get("stopReason")), fields.get("error"))
+                at = len(client.projection(session_id).entries)
+                self.turn_ends.append((at, ending or "[ended]"))
+
+        client.on_update(on_update)
+
     def replay(self, session: Session) -> None:
-        """Print the history a resume with replay rebuilt in the projection."""
+        """Print the history a resume with replay rebuilt in the projection, and
+        ``[cancelled]``/``[error: …]`` where a turn ended so."""
         projection = session.projection
-        for entry in projection.entries:
+        ends: dict[int, list[str]] = {}
+        for at, text in self.turn_ends:
+            ends.setdefault(at, []).append(text)
+        for line in ends.get(0, []):
+            self.screen.line(line)
+        for shown, entry in enumerate(projection.entries, 1):
             if isinstance(entry, Message):
                 self._replay_message(session, entry)
             elif isinstance(entry, ToolCall):
@@ -298,6 +227,8 @@ class Chat:
                 note = activity(projection, update)
                 if note:
                     self.screen.line(note)
+            for line in ends.get(shown, []):
+                self.screen.line(line)
 
     def _replay_message(self, session: Session, message: Message) -> None:
         projection = session.projection
@@ -319,6 +250,8 @@ class Chat:
 
     # ---- the loop --------------------------------------------------------------
     async def run(self) -> int:
+        if not isatty(sys.stdin):
+            return await self.run_piped()
         self.input = create_input(sys.stdin)
         self.output = create_output(sys.stdout)
         prompts: PromptSession[str] = PromptSession(
@@ -349,13 +282,30 @@ class Chat:
                 if await self.turn(text.strip()):
                     return 0
 
+    async def run_piped(self) -> int:
+        """Prompts from a pipe or a file: a line each (a trailing backslash joins
+        the next), no line editor; nobody is there to answer a permission question."""
+        pending: list[str] = []
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            line = line.rstrip("\n")
+            if line.endswith("\\"):
+                pending.append(line[:-1])
+                continue
+            text = "\n".join([*pending, line]).strip()
+            pending = []
+            if text in LEAVE:
+                return 0
+            if text and await self.turn(text):
+                return 0
+        return 0
+
     async def turn(self, text: str) -> bool:
         """Send one prompt and show its turn; True when the person chose to leave."""
         assert self.session is not None
         session = self.session
-        self.renderer = TextRenderer(session.projection, cast(TextIO, _ReplyStream(self.screen)))
+        self.renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(self.screen)))
         self.presses, self.leave = 0, asyncio.Event()
-        spinning = asyncio.create_task(self._spin())
+        spinning = asyncio.create_task(self.screen.spin())
         try:
             with self.screen.spinner(), self._keys():
                 try:
@@ -383,18 +333,10 @@ class Chat:
             self.cancelling.clear()
             self.renderer.finish()
             self.renderer = None
-        stop = turn.stop_reason or "end_turn"
-        if stop == "error":
-            message = _error_message(turn.error)
-            self.screen.line(f"[error: {message}]" if message else "[error]")
-        elif stop != "end_turn":
-            self.screen.line(f"[{stop}]")
+        ending = _ending(turn.stop_reason or "end_turn", turn.error)
+        if ending:
+            self.screen.line(ending)
         return False
-
-    async def _spin(self) -> None:
-        while True:
-            await asyncio.sleep(SPIN_EVERY_S)
-            self.screen.tick()
 
     # ---- while a turn runs -----------------------------------------------------
     def on_update(self, session_id: str, update: Any) -> None:
@@ -402,6 +344,7 @@ class Chat:
         if session is None or session_id != session.id or renderer is None:
             return  # between turns nothing is written over the prompt
         renderer.update(update)
+        self.screen.say(status(session.projection, update) or self.screen.status)
         note = activity(session.projection, update)
         if note:
             if not renderer.ends_with_newline:
@@ -446,6 +389,9 @@ class Chat:
     async def answer(self, request: schema.RequestPermissionRequest) -> Any:
         """A permission question, asked inline with prompt_toolkit on the event loop."""
         options = list(request.options)
+        if self.input is None:  # prompts from a pipe: nobody to ask
+            self.screen.line(f"crow: refused {request.title!r}: nobody at a terminal to ask")
+            return CANCELLED
         async with self.asking:
             if self.renderer is not None and not self.renderer.ends_with_newline:
                 self.renderer.finish()
@@ -476,11 +422,14 @@ class Chat:
             self.screen.line(f"  answer a number from 1 to {len(options)}, y or n")
 
 
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
+def _ending(stop: str, error: Any) -> str | None:
+    """The line that says how a turn ended, or None for ``end_turn``."""
+    if stop == "end_turn":
+        return None
+    if stop == "error":
+        message = _error_message(error)
+        return f"[error: {message}]" if message else "[error]"
+    return f"[{stop}]"
 
 
 def _error_message(error: Any) -> str | None:

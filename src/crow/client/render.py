@@ -13,8 +13,12 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from crow.acp import SessionProjection, schema
+from crow.extensions import WAIT_OVER
 
-__all__ = ["TextRenderer", "activity", "is_note"]
+__all__ = ["WAITING", "TextRenderer", "activity", "is_note", "status"]
+
+WAITING = "waiting for the model"
+
 
 STATUS_MARKS = {
     "pending": "·",
@@ -86,6 +90,23 @@ def activity(projection: SessionProjection, update: Any) -> str | None:
         message = projection.messages.get(update.message_id)
         if message:
             return f"crow: {message.text}"
+    return None
+
+
+def status(projection: SessionProjection, update: Any) -> str | None:
+    """What a quiet turn waits for after ``update``, for a status line; None if
+    ``update`` changes nothing of it.  A ``notice`` (live only: tool servers
+    starting, a retry, a model loading) says it in its title, and ``WAIT_OVER``
+    in its ``_meta`` when that wait is over."""
+    kind = getattr(update, "session_update", None)
+    if kind == "notice":
+        meta = update.meta if isinstance(update.meta, dict) else {}
+        return WAITING if meta.get(WAIT_OVER) else str(update.title)
+    if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
+        if update.status != "in_progress":
+            return WAITING
+        call = projection.tool_calls.get(update.tool_call_id)
+        return f"running {(call.title if call else None) or update.tool_call_id}"
     return None
 
 

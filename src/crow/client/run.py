@@ -13,14 +13,16 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO, cast
 
 from crow.acp import AcpError, ClientSide, Session
+from crow.redact import redact_url
 
 from .args import no_such_session, serve_options, usage_problem
 from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
-from .render import TextRenderer, activity
+from .render import TextRenderer, activity, status
+from .screen import ERASE, ReplyStream, Screen
 
 __all__ = ["EXIT", "main"]
 
@@ -73,8 +75,12 @@ def main(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
+    screen = asker.screen = Screen(sys.stdout, sys.stderr)
     async with contextlib.AsyncExitStack() as stack:
-        with _ctrl_c_leaves_at_once():  # nothing was sent yet: nothing to cancel
+        await stack.enter_async_context(screen.spinning_while("starting the agent"))
+        if args.url:
+            screen.say(f"connecting to {redact_url(args.url)}")
+        with _ctrl_c_leaves_at_once(screen):  # nothing was sent yet: nothing to cancel
             client = await stack.enter_async_context(
                 connect(
                     args.command,
@@ -84,13 +90,15 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
                     serve_options=serve_options(args),
                 )
             )
+            screen.say("opening the session")
             if args.session:
                 session = await client.resume_session(args.session, cwd, replay=False)
             else:
                 session = await client.new_session(cwd)
-        renderer, notes = _attach_output(client, session, json_lines=args.json)
+        renderer, notes = _attach_output(client, session, screen, json_lines=args.json)
         turn = await session.prompt(prompt)
-        interrupted = await _wait(session, turn, asker)
+        screen.say("working")
+        interrupted = await _wait(session, turn, asker, screen)
         if interrupted:
             return EXIT_INTERRUPTED
     if not args.json:
@@ -112,27 +120,24 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
 
 
 def _attach_output(
-    client: ClientSide, session: Session, *, json_lines: bool
+    client: ClientSide, session: Session, screen: Screen, *, json_lines: bool
 ) -> tuple[TextRenderer, list[str]]:
     """Render the session's updates; returns the renderer and the lines written to
     stderr about them (notes included)."""
-    renderer = TextRenderer(session.projection, sys.stdout)
+    renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(screen)))
     shown: list[str] = []
 
     def on_update(session_id: str, update: Any) -> None:
         if session_id != session.id:
             return
         if json_lines:
-            line = json.dumps({"sessionId": session_id, "update": update.to_wire()})
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()
+            screen.write(json.dumps({"sessionId": session_id, "update": update.to_wire()}) + "\n")
         else:
             renderer.update(update)
+        screen.say(status(session.projection, update) or screen.status)
         note = activity(session.projection, update)
         if note:
-            if not json_lines and not renderer.ends_with_newline:
-                sys.stdout.flush()
-            print(note, file=sys.stderr, flush=True)
+            screen.line(note)
             shown.append(note)
 
     client.on_update(on_update)
@@ -140,7 +145,7 @@ def _attach_output(
 
 
 @contextlib.contextmanager
-def _ctrl_c_leaves_at_once() -> Iterator[None]:
+def _ctrl_c_leaves_at_once(screen: Screen) -> Iterator[None]:
     """Ctrl-C while the agent starts: leave now, status 130, no traceback.
 
     Cancelling the start-up instead (asyncio.run's own SIGINT handling) depends on
@@ -150,7 +155,7 @@ def _ctrl_c_leaves_at_once() -> Iterator[None]:
     loop = asyncio.get_running_loop()
 
     def leave() -> None:
-        sys.stderr.write("\n")
+        sys.stderr.write(ERASE if screen.shown else "\n")
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
 
@@ -161,7 +166,7 @@ def _ctrl_c_leaves_at_once() -> Iterator[None]:
         loop.remove_signal_handler(signal.SIGINT)
 
 
-async def _wait(session: Session, turn: Any, asker: PermissionAsker) -> bool:
+async def _wait(session: Session, turn: Any, asker: PermissionAsker, screen: Screen) -> bool:
     """Wait for the turn; Ctrl-C cancels it, a second one gives up.  True if given up."""
     loop = asyncio.get_running_loop()
     presses = 0
@@ -172,7 +177,9 @@ async def _wait(session: Session, turn: Any, asker: PermissionAsker) -> bool:
         nonlocal presses
         presses += 1
         if presses == 1:
+            screen.erase()
             print("\ncrow: cancelling (Ctrl-C again to quit)", file=sys.stderr, flush=True)
+            screen.say("cancelling")
             cancelling.append(loop.create_task(session.cancel()))
         else:
             gave_up.set()
