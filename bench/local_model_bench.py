@@ -8,13 +8,18 @@
 - in process, the model already loaded: time to the first token, and tokens/s
   over a long reply;
 - cancel: from closing a generation's stream (what a cancelled turn does) until
-  the model's worker thread has stopped, and how many tokens it made meanwhile.
+  the model's worker thread has stopped, and how many tokens it made meanwhile;
+- the same with a tool on offer (the model declared with ``tools``): a tool
+  call is generated in one piece, and a cancel 0.3 s into it, once its prompt
+  is cached, must still bite.  (Evaluating a prompt is one llama.cpp call that
+  nothing stops: a cancel during it waits for it, tools or not.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -31,6 +36,22 @@ from crow.models.events import Finished, TextDelta  # noqa: E402
 from crow.models.local import LocalModels, embedded_available  # noqa: E402
 
 LONG = [{"role": "user", "content": "Count from 1 to 300, one number per line."}]
+ESSAY = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Use write_file to write a 500-word essay on crows to crows.md"},
+]
+WRITE_FILE = {
+    "type": "function",
+    "function": {
+        "name": "write_file",
+        "description": "Write text to a file",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
+            "required": ["path", "text"],
+        },
+    },
+}
 
 
 def cold_start() -> tuple[float, float]:
@@ -75,11 +96,29 @@ async def cancel(models: LocalModels) -> tuple[float, int]:
     return time.perf_counter() - started, loaded.llm.n_tokens - before
 
 
+async def cancel_tool_call(models: LocalModels) -> tuple[float, int]:
+    spec = dataclasses.replace(embedded_spec(), capabilities=frozenset({"tools"}))
+    loaded = next(iter(models._loaded.values()))
+
+    async def call() -> None:
+        async for _ in models.stream(spec, ESSAY, tools=[WRITE_FILE]):
+            pass
+
+    await call()  # once whole: its prompt is then cached (evaluating one is not stoppable)
+    task = asyncio.create_task(call())
+    await asyncio.sleep(0.3)  # into the call's arguments
+    before = loaded.llm.n_tokens
+    started = time.perf_counter()
+    task.cancel()  # returns once the worker thread has stopped
+    await asyncio.gather(task, return_exceptions=True)
+    return time.perf_counter() - started, loaded.llm.n_tokens - before
+
+
 async def in_process(runs: int) -> None:
     models = LocalModels()
     try:
         await speed(models)  # load the model once
-        firsts, rates, cancels, extra = [], [], [], []
+        firsts, rates, cancels, extra, tool_cancels = [], [], [], [], []
         for _ in range(runs):
             first, rate = await speed(models)
             firsts.append(first * 1000)
@@ -87,6 +126,8 @@ async def in_process(runs: int) -> None:
             took, tokens = await cancel(models)
             cancels.append(took * 1000)
             extra.append(tokens)
+            took, _ = await cancel_tool_call(models)
+            tool_cancels.append(took * 1000)
     finally:
         await models.aclose()
     print(f"first token, model loaded : median {statistics.median(firsts):6.1f} ms")
@@ -94,6 +135,10 @@ async def in_process(runs: int) -> None:
     print(
         f"cancel -> thread stopped  : median {statistics.median(cancels):6.1f} ms, "
         f"max {max(cancels):.1f} ms; tokens made meanwhile: max {max(extra)}"
+    )
+    print(
+        f"cancel a tool call        : median {statistics.median(tool_cancels):6.1f} ms, "
+        f"max {max(tool_cancels):.1f} ms"
     )
 
 

@@ -42,6 +42,20 @@ def prompt(child: pexpect.spawn) -> None:
     child.expect(PROMPT, timeout=TIMEOUT)
 
 
+def new_session(chat: Any) -> tuple[pexpect.spawn, str]:
+    """A chat at its first prompt, and its session's id."""
+    child = chat()
+    child.expect(r"session (sess_[0-9a-z]+) ", timeout=TIMEOUT)
+    session_id = child.match.group(1)
+    prompt(child)
+    return child, session_id
+
+
+def leave(child: pexpect.spawn) -> None:
+    child.send("\x04")
+    child.expect(pexpect.EOF, timeout=TIMEOUT)
+
+
 @pytest.fixture
 def chat(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
     """Start ``crow chat`` in a 40x120 terminal; every child is killed after the test."""
@@ -156,15 +170,11 @@ def test_slash_commands_are_answered_by_crow_and_complete_with_tab(chat, scripte
 
 def test_resuming_a_session_replays_its_history_first(chat, scripted_model):
     scripted_model.script(Text(text="the first answer"), Text(text="the second answer"))
-    first = chat()
-    first.expect(r"session (sess_[0-9a-z]+) ", timeout=TIMEOUT)
-    session_id = first.match.group(1)
-    prompt(first)
+    first, session_id = new_session(chat)
     first.send("the first question\r")
     see(first, "the first answer")
     prompt(first)
-    first.send("\x04")
-    first.expect(pexpect.EOF, timeout=TIMEOUT)
+    leave(first)
 
     again = chat("--session", session_id, configure=False)
     see(again, "you> the first question", "the first answer", f"session {session_id}")
@@ -178,10 +188,7 @@ def test_resuming_a_session_replays_its_history_first(chat, scripted_model):
 
 def test_a_replayed_turn_that_was_cancelled_says_so(chat, scripted_model):
     scripted_model.script(Hang(), Text(text="answered"))
-    first = chat()
-    first.expect(r"session (sess_[0-9a-z]+) ", timeout=TIMEOUT)
-    session_id = first.match.group(1)
-    prompt(first)
+    first, session_id = new_session(chat)
     first.send("never answered\r")
     scripted_model.wait_for_requests(1, timeout=TIMEOUT)
     first.send("\x03")
@@ -190,8 +197,7 @@ def test_a_replayed_turn_that_was_cancelled_says_so(chat, scripted_model):
     first.send("answered one\r")
     see(first, "answered")
     prompt(first)
-    first.send("\x04")
-    first.expect(pexpect.EOF, timeout=TIMEOUT)
+    leave(first)
 
     again = chat("--session", session_id, configure=False)
     see(again, "you> never answered", "[cancelled]", "you> answered one", "answered")

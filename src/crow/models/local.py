@@ -101,7 +101,11 @@ class LocalModels:
             "stream": True,
         }
         if tools:
-            request["tools"] = tools
+            # llama-cpp-python's chatml-function-calling offers the tools only when
+            # asked ("auto", OpenAI's default), and describes them in a system message.
+            request["tools"], request["tool_choice"] = tools, "auto"
+            if not any(m.get("role") == "system" for m in messages):
+                request["messages"] = [{"role": "system", "content": ""}, *messages]
         # aclosing: a cancelled turn stops the thread before the model is free again
         async with model.lock, contextlib.aclosing(_generate(model, request, spec.name)) as events:
             async for event in events:
@@ -149,7 +153,6 @@ class LocalModels:
                 model_path=str(path),
                 n_ctx=spec.context_window,
                 n_threads=max(1, (os.cpu_count() or 2)),
-                chat_format="chatml-function-calling" if "tools" in spec.capabilities else None,
                 verbose=False,
             )
         except (ValueError, RuntimeError) as exc:
@@ -196,11 +199,12 @@ async def _generate(
             put(done)
 
     finished = loop.run_in_executor(model.thread, run)
-    produced, finish_reason = 0, None
+    produced, finish_reason, usage = 0, None, None
     try:
         while (item := await queue.get()) is not done:
             if isinstance(item, BaseException):
                 raise _translated(item, name)
+            usage = item.get("usage") or usage
             for choice in item.get("choices", [])[:1]:
                 for event in deltas(choice.get("delta") or {}):
                     produced += 1
@@ -209,23 +213,96 @@ async def _generate(
     finally:
         stop.set()  # a cancelled turn: the thread stops at the next token
         await asyncio.shield(finished)
-    prompt_tokens = max(0, model.llm.n_tokens - produced)
+    if usage is None:  # streamed: a chunk is a token
+        usage = {
+            "prompt_tokens": max(0, model.llm.n_tokens - produced),
+            "completion_tokens": produced,
+        }
     yield Finished(
         finish_reason=finish_reason or "stop",
         model=name,
-        usage=Usage(prompt_tokens=prompt_tokens, completion_tokens=produced),
+        usage=Usage(
+            prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"]
+        ),
     )
 
 
 def _chunks(llm: Any, request: dict[str, Any], stop: threading.Event) -> Iterator[dict[str, Any]]:
-    stream = llm.create_chat_completion(**request)
+    """The completion's chunks, in the streamed ``delta`` format; a set ``stop``
+    ends generation at the next token."""
+    try:
+        stream = _completion(llm, request, stop)
+    except _Stopped:
+        return
     try:
         for chunk in stream:
             if stop.is_set():
                 return
             yield chunk
+    except _Stopped:
+        return
     finally:
-        stream.close()
+        if hasattr(stream, "close"):
+            stream.close()
+
+
+def _completion(llm: Any, request: dict[str, Any], stop: threading.Event) -> Iterator[Any]:
+    """Without tools, the model's own chat template.  With tools, llama-cpp-python's
+    chatml-function-calling (a ChatML prompt that lists them; best for models
+    trained on ChatML, such as Qwen and SmolLM).  It cannot stream a tool call
+    (it raises): the choice is then made again without streaming (at temperature
+    0, so it comes out the same) and the whole answer is one chunk."""
+    if not request.get("tools"):
+        return iter(llm.create_chat_completion(**request))
+    from llama_cpp.llama_chat_format import chatml_function_calling
+
+    bounded = _Bounded(llm, stop, request["max_tokens"])
+    try:
+        return iter(chatml_function_calling(llama=bounded, **request))
+    except ValueError as exc:
+        if "streaming tool choice" not in str(exc):
+            raise
+    return iter([_as_chunk(chatml_function_calling(llama=bounded, **{**request, "stream": False}))])
+
+
+class _Stopped(Exception):
+    """The turn was cancelled between two of the handler's completions."""
+
+
+class _Bounded:
+    """The model as chatml-function-calling sees it.  The handler runs several
+    completions per answer, some with no token limit and none with a way to stop
+    them: here each one stops at the turn's cancel and at the output limit."""
+
+    def __init__(self, llm: Any, stop: threading.Event, max_tokens: int) -> None:
+        self._llm, self._stop, self._max_tokens = llm, stop, max_tokens
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def create_completion(self, **kwargs: Any) -> Any:
+        from llama_cpp import StoppingCriteriaList
+
+        if self._stop.is_set():
+            raise _Stopped  # the handler's next step: not worth its prompt's evaluation
+        kwargs["max_tokens"] = kwargs.get("max_tokens") or self._max_tokens
+        stopped = StoppingCriteriaList([lambda _ids, _logits: self._stop.is_set()])
+        kwargs["stopping_criteria"] = stopped
+        return self._llm.create_completion(**kwargs)
+
+
+def _as_chunk(response: dict[str, Any]) -> dict[str, Any]:
+    """A whole chat completion as one streamed chunk."""
+    choice = response["choices"][0]
+    message = choice.get("message") or {}
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    calls = message.get("tool_calls") or []
+    if calls:
+        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls)]
+    return {
+        "choices": [{"delta": delta, "finish_reason": choice.get("finish_reason")}],
+        "usage": response.get("usage"),
+    }
 
 
 def _translated(exc: BaseException, name: str) -> BaseException:

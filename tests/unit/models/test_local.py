@@ -7,6 +7,8 @@ sets it, having installed the extra): then a missing extra fails.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import os
 import time
 
@@ -14,7 +16,7 @@ import pytest
 
 from crow.config import embedded_spec
 from crow.models.errors import ModelRejected
-from crow.models.events import Finished, TextDelta
+from crow.models.events import Finished, TextDelta, ToolCallDelta
 from crow.models.local import LocalModels, embedded_available, plain_messages
 
 needs_model = pytest.mark.skipif(
@@ -120,3 +122,37 @@ async def test_the_loop_keeps_running_while_the_model_generates():
         ticker.cancel()
         await models.aclose()
     assert ticks >= elapsed / 0.01 * 0.5  # the loop was free at least half the time
+
+
+READ_FILE = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a text file and return its contents",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string", "description": "the file's path"}},
+            "required": ["path"],
+        },
+    },
+}
+
+
+@needs_model
+async def test_a_local_model_that_declares_tools_calls_them():
+    """A GGUF model whose config says it has ``tools`` is offered them (the
+    embedded one is not: too small to call them only when it should)."""
+    models = LocalModels()
+    spec = dataclasses.replace(embedded_spec(), capabilities=frozenset({"tools"}))
+    prompt = [{"role": "user", "content": "Use read_file to read /etc/os-release"}]
+    try:
+        async with asyncio.timeout(120):
+            events = [e async for e in models.stream(spec, prompt, tools=[READ_FILE])]
+    finally:
+        await models.aclose()
+    [call] = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert call.name == "read_file" and call.id
+    assert isinstance(json.loads(call.arguments)["path"], str)  # the schema's grammar held
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.finish_reason == "tool_calls"
+    assert finished.usage.completion_tokens > 0 and finished.usage.prompt_tokens > 100
