@@ -219,7 +219,7 @@ class ScriptedModel:
         with self._lock:
             self._default = reply
 
-    def wait_for_requests(self, n: int, timeout: float = 5.0) -> None:
+    def wait_for_requests(self, n: int, timeout: float = 15.0) -> None:
         self._wait(lambda: len(self.requests) >= n, timeout, f"{n} requests")
 
     def wait_for_disconnects(self, n: int, timeout: float = 5.0) -> None:

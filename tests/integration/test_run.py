@@ -189,10 +189,15 @@ def test_ctrl_c_cancels_the_turn_with_code_5(configured):
         text=True,
         stdin=subprocess.DEVNULL,
     )
-    model.wait_for_requests(1)
-    time.sleep(0.2)  # the model request is out; now the user presses Ctrl-C
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=30)
+    with process:  # killed and its pipes closed even if the test fails
+        try:
+            model.wait_for_requests(1)
+            time.sleep(0.2)  # the model request is out; now the user presses Ctrl-C
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
     assert process.returncode == 5, stderr
     assert "cancelled" in stderr
 

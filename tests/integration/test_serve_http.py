@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,6 +95,27 @@ INIT = {
     "method": "initialize",
     "params": {"protocolVersion": 2, "info": {"name": "t", "version": "1"}},
 }
+
+
+def test_a_server_asks_its_model_server_before_clients_initialize(crow_home, scripted_model):
+    """Discovery runs as the server starts: an initialize after it offers what the
+    model's server says it takes (here images), not what config defaults to."""
+    write_config(crow_home, scripted_model.base_url)
+    scripted_model.show = {"capabilities": ["completion", "tools", "vision"]}
+    running = HttpServer()
+    try:
+        deadline = time.monotonic() + 10
+        while "POST /api/show" not in scripted_model.asked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert scripted_model.asked[-1:] == ["POST /api/show"]  # before any client came
+        for _ in range(50):  # its answer is on its way into the router
+            prompt = post(running.url, INIT).json()["result"]["capabilities"]["session"]["prompt"]
+            if "image" in prompt:
+                break
+            time.sleep(0.05)
+        assert "image" in prompt
+    finally:
+        running.stop()
 
 
 # ---- the HTTP surface (§11) --------------------------------------------------------

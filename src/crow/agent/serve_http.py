@@ -159,6 +159,7 @@ async def serve_http(
     store = Store(config.paths.store)
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = CrowAgent(config, store, clients_authenticated=security.token is not None)
+    agent.learn_model(config.chain[0])  # before the first client's initialize, if it can
 
     async def serve(transport: HttpTransport) -> None:
         await serve_connection(agent, transport)  # v1 or v2, by its initialize

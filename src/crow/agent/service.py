@@ -25,6 +25,7 @@ session's lease in the store before it is acknowledged (``crow.store.lease``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import replace
@@ -39,6 +40,7 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
+from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
 from crow.store.db import SessionRecord, Store, StoreError, StoreUnavailable
@@ -303,6 +305,16 @@ class CrowAgent:
         if session is not None:
             session.cancel_turn("session/cancel")
 
+    def learn_model(self, name: str) -> None:
+        """Ask ``name``'s server what the model can do (router.describe), in the
+        background: the first turn then need not wait for it, and the clients of a
+        server started earlier get its figures in their ``initialize``."""
+        self.spawn(self._describe(name), name=f"describe-{name}")
+
+    async def _describe(self, name: str) -> None:
+        with contextlib.suppress(ModelError):  # the turn that needs it will say
+            await self.router.describe(name)
+
     # ---- live sessions ------------------------------------------------------------
     def spawn(self, coro: Any, *, name: str) -> None:
         """Work that outlives the request that started it (cancelled at shutdown)."""
@@ -363,6 +375,7 @@ class CrowAgent:
             return
         old = session.detach_tools()
         start_tools(session, self.config, servers, dirs)
+        self.learn_model(session.model)  # while the tool servers start
         session.tool_setup = setup
         if old is not None:
             self.spawn(old, name=f"retool-{session.id}")
