@@ -241,7 +241,8 @@ async def _models(args: argparse.Namespace) -> int:
     async with listing.described(config) as describe:
         for name in names:
             spec = await describe(name)
-            sources.update([spec.discovered] if spec.discovered else [])
+            if spec.discovered:
+                sources.add(spec.discovered)
             where = config.providers[spec.provider].base_url or "(in process)"
             if args.check is None or args.check not in ("", name):
                 state = await listing.reachable(config, spec)

@@ -15,7 +15,7 @@ def paths(tmp_path):
 
 @pytest.fixture
 def no_env(monkeypatch):
-    for var in ("CROW_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+    for var in ("CROW_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OLLAMA_HOST"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -36,6 +36,28 @@ def test_zero_config_guesses_ollama_on_localhost(paths, no_env, embedded):
     assert config.providers["default"].base_url == "http://localhost:11434/v1"
     assert config.providers["default"].guessed
     assert config.models[name].model_id == name
+
+
+@pytest.mark.parametrize(
+    ("ollama_host", "base_url"),
+    [
+        ("", "http://localhost:11434/v1"),
+        ("gpu-box", "http://gpu-box:11434/v1"),
+        ("gpu-box:8080", "http://gpu-box:8080/v1"),
+        ("https://ollama.example", "https://ollama.example:443/v1"),
+        ("0.0.0.0", "http://localhost:11434/v1"),  # a bind to every address: this machine
+        ("[::1]:9999", "http://[::1]:9999/v1"),
+        ("host:notaport", "http://localhost:11434/v1"),  # not one ollama could use either
+    ],
+)
+def test_zero_config_finds_ollama_where_ollama_host_says(
+    paths, no_env, embedded, monkeypatch, ollama_host, base_url
+):
+    embedded(False)
+    monkeypatch.setenv("OLLAMA_HOST", ollama_host)
+    config = load_config(paths)
+    assert config.providers["default"].base_url == base_url
+    assert config.providers["default"].guessed
 
 
 def test_zero_config_falls_back_to_the_embedded_model_when_installed(paths, no_env, embedded):
