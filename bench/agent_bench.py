@@ -1,6 +1,7 @@
 """``crow serve`` figures: turn overhead, replay time, start-up, memory per session.
 
     python bench/agent_bench.py [--prompts 300] [--chunks 20] [--replay-updates 10000]
+    python bench/agent_bench.py --only startup [--runs 15]
 
 - Turn overhead: prompt → idle through ``crow serve`` against a scripted model
   that answers at once (tests/fakemodel.py on loopback), next to the echo agent
@@ -204,6 +205,30 @@ async def memory_per_session(home: str, sessions: int) -> tuple[float, float]:
     return (after - before) / sessions, after / 1024
 
 
+SECTIONS = ("turns", "replay", "cancel", "startup", "memory")
+
+
+async def turn_overhead(model: ScriptedModel, args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as home:
+        write_config(Path(home), model.base_url)
+        crow = await turns(CROW, home, args.prompts)
+    with tempfile.TemporaryDirectory() as home:
+        echo = await turns([*ECHO, "--chunks", str(args.chunks)], home, args.prompts)
+    bare = await bare_model(model.base_url, args.prompts)
+    print(f"turn, {args.chunks} chunks, prompt -> idle over stdio ({args.prompts} turns):")
+    for name, values in (
+        ("crow serve + model", crow),
+        ("echo agent", echo),
+        ("bare model call", bare),
+    ):
+        print(
+            f"  {name:20} p50 {statistics.median(values) * 1000:6.2f} ms"
+            f"   p99 {percentile(values, 0.99) * 1000:6.2f} ms"
+        )
+    overhead = statistics.median(crow) - statistics.median(bare)
+    print(f"  crow's overhead per turn over the bare model call: {overhead * 1000:.2f} ms")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--prompts", type=int, default=300)
@@ -211,56 +236,50 @@ async def main() -> None:
     parser.add_argument("--replay-updates", type=int, default=10_000)
     # A connection may hold 64 open sessions (MAX_SESSIONS_PER_CONNECTION).
     parser.add_argument("--sessions", type=int, default=60)
+    parser.add_argument(
+        "--only", choices=SECTIONS, action="append", help="run only this section (repeatable)"
+    )
+    parser.add_argument("--runs", type=int, default=15, help="start-up: spawns per agent")
     args = parser.parse_args()
+    sections = set(args.only or SECTIONS)
 
     with ScriptedModel() as model:
         model.set_default(Text(text="word " * args.chunks, chunks=args.chunks))
-        with tempfile.TemporaryDirectory() as home:
-            write_config(Path(home), model.base_url)
-            crow = await turns(CROW, home, args.prompts)
-        with tempfile.TemporaryDirectory() as home:
-            echo = await turns([*ECHO, "--chunks", str(args.chunks)], home, args.prompts)
-        bare = await bare_model(model.base_url, args.prompts)
-        print(f"turn, {args.chunks} chunks, prompt -> idle over stdio ({args.prompts} turns):")
-        for name, values in (
-            ("crow serve + model", crow),
-            ("echo agent", echo),
-            ("bare model call", bare),
-        ):
-            print(
-                f"  {name:20} p50 {statistics.median(values) * 1000:6.2f} ms"
-                f"   p99 {percentile(values, 0.99) * 1000:6.2f} ms"
-            )
-        overhead = statistics.median(crow) - statistics.median(bare)
-        print(f"  crow's overhead per turn over the bare model call: {overhead * 1000:.2f} ms")
-
-        with tempfile.TemporaryDirectory() as home:
-            write_config(Path(home), model.base_url)
-            seconds = await replay(home, model.base_url, args.replay_updates)
-            print(
-                f"resume with replay of {args.replay_updates} updates: {seconds * 1000:.1f} ms "
-                "(median of 5)"
-            )
-        with tempfile.TemporaryDirectory() as home:
-            write_config(Path(home), model.base_url)
-            cancels = await cancel_latency(home, model)
-            print(
-                f"session/cancel -> idle cancelled, model hanging: p50 "
-                f"{statistics.median(cancels) * 1000:.1f} ms, max {max(cancels) * 1000:.1f} ms"
-            )
-        with tempfile.TemporaryDirectory() as home:
-            write_config(Path(home), model.base_url)
-            for name, values in (await startup(home)).items():
+        if "turns" in sections:
+            await turn_overhead(model, args)
+        if "replay" in sections:
+            with tempfile.TemporaryDirectory() as home:
+                write_config(Path(home), model.base_url)
+                seconds = await replay(home, model.base_url, args.replay_updates)
                 print(
-                    f"spawn -> initialize answered, {name:17}: median "
-                    f"{statistics.median(values) * 1000:4.0f} ms, best {min(values) * 1000:4.0f} ms"
-                    f" ({len(values)} runs)"
+                    f"resume with replay of {args.replay_updates} updates: "
+                    f"{seconds * 1000:.1f} ms (median of 5)"
                 )
-            per, total = await memory_per_session(home, args.sessions)
-            print(
-                f"memory per idle session: {per:.1f} KiB ({args.sessions} sessions, "
-                f"RSS {total:.0f} MiB)"
-            )
+        if "cancel" in sections:
+            with tempfile.TemporaryDirectory() as home:
+                write_config(Path(home), model.base_url)
+                cancels = await cancel_latency(home, model)
+                print(
+                    f"session/cancel -> idle cancelled, model hanging: p50 "
+                    f"{statistics.median(cancels) * 1000:.1f} ms, max {max(cancels) * 1000:.1f} ms"
+                )
+        if "startup" in sections:
+            with tempfile.TemporaryDirectory() as home:
+                write_config(Path(home), model.base_url)
+                for name, values in (await startup(home, args.runs)).items():
+                    print(
+                        f"spawn -> initialize answered, {name:17}: median "
+                        f"{statistics.median(values) * 1000:4.0f} ms, "
+                        f"best {min(values) * 1000:4.0f} ms ({len(values)} runs)"
+                    )
+        if "memory" in sections:
+            with tempfile.TemporaryDirectory() as home:
+                write_config(Path(home), model.base_url)
+                per, total = await memory_per_session(home, args.sessions)
+                print(
+                    f"memory per idle session: {per:.1f} KiB ({args.sessions} sessions, "
+                    f"RSS {total:.0f} MiB)"
+                )
 
 
 if __name__ == "__main__":

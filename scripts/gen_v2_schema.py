@@ -1,7 +1,7 @@
-"""Generate ``crow.acp.schema._generated`` from the ACP v2 JSON schemas.
+"""Generate ``crow.acp.schema._generated[_core]`` from the ACP v2 JSON schemas.
 
-    python scripts/gen_v2_schema.py            # rewrite the module
-    python scripts/gen_v2_schema.py --check    # exit 1 if the committed module is stale
+    python scripts/gen_v2_schema.py            # rewrite the modules
+    python scripts/gen_v2_schema.py --check    # exit 1 if a committed module is stale
 
 Why a generator of our own instead of datamodel-code-generator: its smart unions
 demote a malformed *known* variant to the catch-all, it numbers class names, and
@@ -29,6 +29,13 @@ The newest revision (``v2-ts2.4.0.schema.json``, from the TS SDK 2.4.0) is the
 source.  The spec repository's revision (``v2.schema.json``) is read too: a field
 is required only where both revisions require it, and fields only the older
 revision has are added, so messages valid under either revision parse (§15-16).
+
+The definitions are split in two modules, for start-up: ``_generated_core`` holds
+what ``crow serve`` needs to answer ``initialize`` (``CORE_ROOTS`` and everything
+they name) and is imported with the package; ``_generated`` holds the rest and the
+method tables, and is imported on the first use of one of its names (the package's
+``__getattr__``).  Creating the ~150 other classes costs ~50 ms that a client
+waiting for ``initialize`` would otherwise wait for too.
 """
 
 from __future__ import annotations
@@ -47,6 +54,20 @@ SCHEMA_DIR = ROOT / "spec" / "schema"  # copies of shared/spec/schema (see SOURC
 NEWEST = "v2-ts2.4.0.schema.json"
 OLDER = "v2.schema.json"
 OUT = ROOT / "src" / "crow" / "acp" / "schema" / "_generated.py"
+OUT_CORE = ROOT / "src" / "crow" / "acp" / "schema" / "_generated_core.py"
+
+# What ``crow serve`` touches before it has answered ``initialize`` (crow.agent.serve,
+# crow.agent.service, crow.acp.agent, and crow.agent.tooling's START_OPTIONS at import):
+# these and all they name go to _generated_core.  Only start-up time depends on this
+# list: a name missing here is still found, in _generated, on first use.
+CORE_ROOTS = ("InitializeRequest", "InitializeResponse", "PermissionOption")
+# The names the generated modules may import, and where from.
+HEADER_IMPORTS = (
+    ("typing", ("Annotated", "Any", "Literal")),
+    ("pydantic", ("Discriminator", "Field", "StrictBool", "StrictInt", "Tag")),
+    ("._base", ("UNSET", "UNSET_T", "AcpModel")),
+    ("._lenient", ("DEFAULT_ON_ERROR", "SKIP_INVALID_ITEMS", "route")),
+)
 
 # Variant classes are named <Tag><Union>; these unions read better with <Tag> alone.
 SHORT_VARIANT_NAMES = {"SessionUpdate"}
@@ -383,8 +404,9 @@ class Generator:
             out.append("}")
         return out
 
-    def ordered_definitions(self) -> list[str]:
-        """Every alias, class and union, each after what it names.
+    def ordered_definitions(self) -> tuple[list[tuple[str, list[str]]], set[str]]:
+        """Every alias, class and union, each after what it names, as (name, lines);
+        and the names ``CORE_ROOTS`` need (themselves included).
 
         A class in a reference cycle gets the offending annotations quoted (pydantic
         resolves them on first use); bases and union members are never cyclic.
@@ -409,7 +431,8 @@ class Generator:
                 return " ".join(self.bases[name]) + "\n" + "\n".join(fields)
             return str(data[0])
 
-        out: list[str] = []
+        deps = {name: refs(text_of(name), name) for name in nodes}
+        blocks: list[tuple[str, list[str]]] = []
         done: set[str] = set()
         active: set[str] = set()
 
@@ -417,21 +440,30 @@ class Generator:
             if name in done or name in active:
                 return
             active.add(name)
-            for dep in refs(text_of(name), name):
+            for dep in deps[name]:
                 visit(dep)
             active.discard(name)
             done.add(name)
             kind, data = nodes[name]
             if kind == "class":
                 body = [self.quote_forward(line, done, names) for line in self.classes[name]]
-                out.extend(["", "", f"class {name}({', '.join(self.bases[name])}):", *body])
+                blocks.append(
+                    (name, ["", "", f"class {name}({', '.join(self.bases[name])}):", *body])
+                )
             else:
                 expr, doc = data
-                out.extend(["", f"{name} = {expr}", *([f'"""{doc}"""'] if doc else [])])
+                blocks.append((name, ["", f"{name} = {expr}", *([f'"""{doc}"""'] if doc else [])]))
 
         for name in nodes:
             visit(name)
-        return out
+        core: set[str] = set()
+        stack = list(CORE_ROOTS)
+        while stack:
+            name = stack.pop()
+            if name not in core:
+                core.add(name)
+                stack.extend(deps[name])
+        return blocks, core
 
     @staticmethod
     def quote_forward(line: str, done: set[str], names: re.Pattern[str]) -> str:
@@ -445,7 +477,8 @@ class Generator:
         return f"{match.group(1)}: {annotation!r}{match.group(3) or ''}"
 
     # ---- output -------------------------------------------------------------
-    def render(self, digest: str) -> str:
+    def render(self, digest: str) -> tuple[str, str]:
+        """The sources of ``_generated_core`` and ``_generated``."""
         self.pending_tags: dict[str, str] = {}
         self.nested_tags: dict[str, str] = {}
         self.union_members: dict[str, list[str]] = {}
@@ -461,36 +494,80 @@ class Generator:
             body.insert(at, line)
             if body[-1] == "    pass":
                 body.pop()
-        out = [
+        blocks, core = self.ordered_definitions()
+        source = f"spec/schema/{NEWEST} (sha256 {digest[:16]}...)"
+        core_body = [line for name, lines in blocks if name in core for line in lines]
+        rest_body = [line for name, lines in blocks if name not in core for line in lines]
+        rest_body += ["", "", *self.methods()]
+        core_out = [
+            '"""ACP v2 wire models for initialize. '
+            "GENERATED by scripts/gen_v2_schema.py: do not edit.",
+            "",
+            f"Source: {source},",
+            f"relaxed to accept spec/schema/{OLDER} as well.  Imported with",
+            "``crow.acp.schema``; the other models are in ``_generated``, imported on first use.",
+            '"""',
+            "",
+            "# mypy: ignore-errors",
+            "# ruff: noqa: E501",
+            *NO_FUTURE_COMMENT,
+            "",
+            *header_imports(core_body, everything=False),
+            *core_body,
+            "",
+        ]
+        core_names = sorted(core, key=lambda n: (n.lstrip("_").lower(), n))
+        rest_out = [
             '"""ACP v2 wire models. GENERATED by scripts/gen_v2_schema.py: do not edit.',
             "",
-            f"Source: spec/schema/{NEWEST} (sha256 {digest[:16]}...),",
-            f"relaxed to accept spec/schema/{OLDER} as well.",
+            f"Source: {source},",
+            f"relaxed to accept spec/schema/{OLDER} as well.  The models ``initialize`` needs",
+            "are in ``_generated_core``; this module is imported on the first use of a name",
+            "it defines (``crow.acp.schema.__getattr__``).",
             '"""',
             "",
             "# ruff: noqa: E501",
-            "# No `from __future__ import annotations`: definitions come in dependency order,",
-            "# so annotations evaluate at class creation; pydantic would otherwise compile and",
-            "# eval every annotation string at import, doubling the start-up cost.",
+            *NO_FUTURE_COMMENT,
             "",
-            "from typing import Annotated, Any, Literal",
+            *header_imports(rest_body, everything=True),
+            f"from ._generated_core import {', '.join(core_names)}",
             "",
-            "from pydantic import Discriminator, Field, StrictBool, StrictInt, Tag",
             "",
-            "from ._base import UNSET, UNSET_T, AcpModel",
-            "from ._lenient import DEFAULT_ON_ERROR, SKIP_INVALID_ITEMS, route",
+            *rest_body,
             "",
         ]
-        out += self.ordered_definitions()
-        out += ["", "", *self.methods(), ""]
-        return "\n".join(out)
+        return "\n".join(core_out), "\n".join(rest_out)
 
 
-def generate() -> str:
+NO_FUTURE_COMMENT = (
+    "# No `from __future__ import annotations`: definitions come in dependency order,",
+    "# so annotations evaluate at class creation; pydantic would otherwise compile and",
+    "# eval every annotation string at import, doubling the start-up cost.",
+)
+
+
+def header_imports(body: list[str], *, everything: bool) -> list[str]:
+    """The import lines of a generated module: all of ``HEADER_IMPORTS`` (the module the
+    package re-exports wholesale keeps them all), or only those ``body`` uses."""
+    text = "\n".join(body)
+    out = []
+    for module, names in HEADER_IMPORTS:
+        used = [n for n in names if everything or re.search(rf"\b{n}\b", text)]
+        if used:
+            local = module.startswith(".")
+            out += [f"from {module} import {', '.join(used)}", *([] if local else [""])]
+    return out
+
+
+def generate() -> dict[Path, str]:
     newest_bytes = (SCHEMA_DIR / NEWEST).read_bytes()
     newest = json.loads(newest_bytes)
     older = json.loads((SCHEMA_DIR / OLDER).read_bytes())
-    source = Generator(newest, older).render(hashlib.sha256(newest_bytes).hexdigest())
+    core, rest = Generator(newest, older).render(hashlib.sha256(newest_bytes).hexdigest())
+    return {OUT_CORE: ruff_format(core), OUT: ruff_format(rest)}
+
+
+def ruff_format(source: str) -> str:
     formatted = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--quiet", "-"],
         input=source,
@@ -502,14 +579,19 @@ def generate() -> str:
 
 
 def main() -> int:
-    source = generate()
+    sources = generate()
     if "--check" in sys.argv:
-        if OUT.read_text() != source:
-            print(f"{OUT} is stale: run python scripts/gen_v2_schema.py", file=sys.stderr)
-            return 1
-        return 0
-    OUT.write_text(source)
+        stale = [path for path, source in sources.items() if read(path) != source]
+        for path in stale:
+            print(f"{path} is stale: run python scripts/gen_v2_schema.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, source in sources.items():
+        path.write_text(source)
     return 0
+
+
+def read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
 
 
 if __name__ == "__main__":

@@ -63,6 +63,10 @@ class AgentSide:
         )
         self._requests: dict[str, tuple[Any, Handler]] = {}  # method: (params type, handler)
         self._notifications: dict[str, tuple[Any, Handler]] = {}
+        # Registrations not yet sorted into the two tables above: sorting reads
+        # schema.AGENT_METHODS, which imports the models initialize does not need,
+        # so it waits for the first other message (see crow.acp.schema).
+        self._unsorted: list[tuple[str, Handler, bool]] = []  # (method, fn, notification)
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Set once ``initialize`` has succeeded.
         self.initialized = asyncio.Event()
@@ -73,16 +77,23 @@ class AgentSide:
     # ---- registration -------------------------------------------------------
     def handle(self, method: str, fn: Handler) -> None:
         """Serve ``method`` with ``fn(params_model)``."""
-        params_type, result_type = schema.AGENT_METHODS.get(method, (schema.AcpModel, None))
-        if method in schema.AGENT_METHODS and result_type is None:
-            self._notifications[method] = (params_type, fn)
-        else:
-            self._requests[method] = (params_type, fn)
+        self._unsorted.append((method, fn, False))
+        if method == "initialize":  # replaces the built-in one from now on
+            self._sort_handlers()
 
     def handle_notification(self, method: str, fn: Handler) -> None:
         """Serve a notification (an extension's, for instance)."""
-        params_type, _ = schema.AGENT_METHODS.get(method, (schema.AcpModel, None))
-        self._notifications[method] = (params_type, fn)
+        self._unsorted.append((method, fn, True))
+
+    def _sort_handlers(self) -> None:
+        """File the registrations so far under requests or notifications, in order."""
+        for method, fn, notification in self._unsorted:
+            params_type, result_type = schema.AGENT_METHODS.get(method, (schema.AcpModel, None))
+            if notification or (method in schema.AGENT_METHODS and result_type is None):
+                self._notifications[method] = (params_type, fn)
+            else:
+                self._requests[method] = (params_type, fn)
+        self._unsorted.clear()
 
     # ---- serving ------------------------------------------------------------
     async def serve(self) -> None:
@@ -126,6 +137,8 @@ class AgentSide:
 
     # ---- dispatch -----------------------------------------------------------
     async def _on_request(self, method: str, params: dict[str, Any] | None) -> Any:
+        if self._unsorted and method != "initialize":
+            self._sort_handlers()
         entry = self._requests.get(method)
         if entry is None:
             entry = self._notifications.get(method)
@@ -145,6 +158,8 @@ class AgentSide:
         return result
 
     async def _on_notification(self, method: str, params: dict[str, Any] | None) -> None:
+        if self._unsorted:
+            self._sort_handlers()
         entry = self._notifications.get(method)
         if entry is None:
             return  # unknown notifications are ignored (§2.3)

@@ -40,8 +40,9 @@ __all__ = ["ClientSide", "Session"]
 log = logging.getLogger("crow.acp")
 
 PROTOCOL_VERSION = 2
+# Quoted: naming the models here would import them with crow.acp (see crow.acp.schema).
 PermissionHandler = Callable[
-    [schema.RequestPermissionRequest], Awaitable[schema.RequestPermissionResponse]
+    ["schema.RequestPermissionRequest"], Awaitable["schema.RequestPermissionResponse"]
 ]
 UpdateListener = Callable[[str, Any], None]
 

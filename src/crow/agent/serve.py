@@ -85,8 +85,10 @@ async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
 
 async def _warm_up(ready: asyncio.Event) -> None:
     """Import the model and MCP SDKs in the background once the client is served:
-    together they take ~1 s, which would otherwise delay initialize or the first turn."""
+    together they take ~1 s, which would otherwise delay initialize or the first turn.
+    First the wire models initialize did not need (~50 ms, see crow.acp.schema): the
+    client's next request needs them."""
     await ready.wait()
-    for module in ("openai", "mcp", "mcp.server.mcpserver"):
+    for module in ("crow.acp.schema._generated", "openai", "mcp", "mcp.server.mcpserver"):
         with contextlib.suppress(ImportError):
             await import_off_loop(module)
