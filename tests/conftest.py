@@ -1,4 +1,4 @@
-"""Shared fixtures: a temp CROW_HOME for every test, and raw-bytes agent processes."""
+"""Shared fixtures: a temp CROW_HOME (and ~/.agents) for every test, raw-bytes agents."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ scripted_model = fakemodel.scripted_model  # the fixture, for every test
 def crow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "crow-home"
     monkeypatch.setenv("CROW_HOME", str(home))
+    # The user's own ~/.agents/AGENTS.md must not reach a test's system prompt.
+    monkeypatch.setenv("CROW_AGENTS_DIR", str(tmp_path / "agents"))
     return home
 
 

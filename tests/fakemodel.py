@@ -45,6 +45,7 @@ __all__ = [
     "Slow",
     "Text",
     "ToolCalls",
+    "bag_of_words",
     "scripted_model",
 ]
 
@@ -106,6 +107,21 @@ def Slow(text: str = "ok", chunks: int = 5, delay_s: float = 0.2) -> Text:
     return Text(text=text, chunks=chunks, delay_s=delay_s)
 
 
+EMBEDDING_DIMENSION = 32
+
+
+def bag_of_words(text: str) -> list[float]:
+    """The scripted server's embedding: each word adds 1 to a dimension chosen by its
+    letters (stable across processes, unlike hash())."""
+    vector = [0.0] * EMBEDDING_DIMENSION
+    for word in text.lower().split():
+        word = word.strip(".,;:!?'\"")
+        if word:
+            vector[sum(map(ord, word)) % EMBEDDING_DIMENSION] += 1.0
+    vector[0] += 0.01  # never all zeros
+    return vector
+
+
 def _split(text: str, parts: int) -> list[str]:
     """`text` in `parts` roughly equal non-empty pieces (fewer if `text` is shorter)."""
     if not text:
@@ -162,6 +178,10 @@ class ScriptedModel:
         self.listed: list[dict[str, Any]] = [{"id": "scripted", "object": "model"}]
         #: The paths of requests other than chat completions, in order ("POST /api/show").
         self.asked: list[str] = []
+        #: ``POST /v1/embeddings``: the inputs asked for, in order; ``embedding_status``
+        #: other than 200 answers every one with that error.
+        self.embedded: list[str] = []
+        self.embedding_status = 200
         self.disconnects = 0
         self.errors: list[BaseException] = []  # unexpected handler failures, kept quiet
         self._server = _Server(self)
@@ -389,6 +409,9 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._send_json(200, self._model.show)
             return
+        if self._path() == "/v1/embeddings":
+            self._embeddings(raw)
+            return
         if self._path() not in ("/v1/chat/completions", "/chat/completions"):
             self._not_found()
             return
@@ -412,6 +435,26 @@ class _Handler(BaseHTTPRequestHandler):
                 self._model._count_disconnect()
         except _Stopping:
             self.close_connection = True
+
+    def _embeddings(self, raw: bytes) -> None:
+        """Bag-of-words vectors: texts sharing words are near, others orthogonal."""
+        model = self._model
+        body = json.loads(raw)
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        model.asked.append("POST /v1/embeddings")
+        if model.embedding_status != 200:
+            message = {"message": "embeddings are down", "type": "server_error", "code": None}
+            self._send_json(model.embedding_status, {"error": message})
+            return
+        model.embedded.extend(texts)
+        data = [
+            {"object": "embedding", "index": i, "embedding": bag_of_words(text)}
+            for i, text in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": 1, "total_tokens": 1}
+        self._send_json(
+            200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
 
     def _not_found(self) -> None:
         self._send_json(

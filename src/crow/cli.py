@@ -3,6 +3,7 @@
 crow serve [--model NAME] [--base-url URL]   ACP v2 agent on stdio
 crow serve --http HOST:PORT [--no-token]     ... over HTTP + WebSocket, with a token
 crow init [--force]                          write a commented config.toml
+crow memory ACTION ...                       the memory store (add, search, import, ...)
 
 Start-up matters (an editor spawns ``crow serve`` and waits for ``initialize``;
 every session spawns ``crow mcp`` servers), so this module imports only what
@@ -26,6 +27,7 @@ from typing import Any, NoReturn
 
 from .client import args as client_args
 from .config import ConfigError, Paths, load_config
+from .memory import commands as memory_commands  # light: the store loads when run
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -127,10 +129,20 @@ def main(argv: list[str] | None = None) -> int:
     client_args.add_sessions_arguments(sessions)
 
     mcp = commands.add_parser("mcp", help="run a built-in MCP server on stdio (for any MCP host)")
-    mcp.add_argument("server", choices=["fs", "terminal", "web"])
+    mcp.add_argument("server", choices=["fs", "terminal", "web", "memory"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
 
+    memory = commands.add_parser(
+        "memory",
+        help="add, search, list, forget, export, import or reindex memories",
+        description=memory_commands.__doc__,
+        formatter_class=raw,
+    )
+    memory_commands.add_arguments(memory)
+
     args = parser.parse_args(argv)
+    if args.subcommand == "memory":
+        return memory_commands.main(args)
     if args.subcommand in ("run", "chat", "sessions"):
         try:
             module = importlib.import_module(f"crow.client.{args.subcommand}")

@@ -83,6 +83,16 @@ class Paths:
     def run(self) -> Path:
         return self.home / "run"  # runtime files of running servers (crow.runtime_file)
 
+    @property
+    def memory(self) -> Path:
+        return self.home / "memory"  # the LanceDB memory store (crow.memory)
+
+    @property
+    def agents(self) -> Path:
+        """``~/.agents``: the user's AGENTS.md (skills and notes live there too)."""
+        raw = os.environ.get("CROW_AGENTS_DIR")
+        return Path(raw).expanduser() if raw else Path.home() / ".agents"
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProviderSpec:
@@ -142,7 +152,7 @@ DEFAULT_PERMISSIONS = {
     "execute": "ask",
     "other": "ask",
 }
-BUILTIN_SERVERS = ("fs", "terminal", "web")
+BUILTIN_SERVERS = ("fs", "terminal", "web", "memory")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +166,8 @@ class ToolSettings:
     remembered: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny, saved
     yolo: bool = False  # run everything without asking
     ask_client_servers: bool = False  # ask (kind execute) before a client-named stdio server starts
+    #: Decisions for single tools, before their kind's: memory's own from [memory].
+    tool_policies: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +191,26 @@ class Limits:
         return int(self.max_prompt_mib * 1024 * 1024)
 
 
+EMBEDDERS = ("offline", "openai", "none")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemorySettings:
+    """``[memory]``: Crow's long-term memory (crow.memory, the memory MCP server)."""
+
+    embedder: str = "offline"  # offline (all-MiniLM-L6-v2 in process), openai, none (text only)
+    url: str | None = None  # openai: an OpenAI-compatible /v1 base URL (ollama, vLLM, ...)
+    model: str = "nomic-embed-text"  # openai: the embedding model
+    api_key_env: str | None = None  # openai: the environment variable holding its key
+    auto_recall: bool = True  # recall into every turn's first model call
+    recall_limit: int = 5  # at most this many memories per turn
+    recall_threshold: float = 0.3  # the least cosine similarity a recalled memory has
+    recall_budget_tokens: int = 600  # ... and at most this many tokens of them (~4 chars each)
+    merge_threshold: float = 0.9  # a new memory this similar to one in its scope replaces it
+    remember: str = "allow"  # the permission of memory__remember: allow, ask or deny
+    forget: str = "allow"  # ... and of memory__forget
+
+
 @dataclass(frozen=True, kw_only=True)
 class AcpSettings:
     """``[acp]``: which protocol versions ``crow serve`` answers (v1 is always on)."""
@@ -199,6 +231,7 @@ class Config:
     server: ServerSettings = field(default_factory=ServerSettings)
     acp: AcpSettings = field(default_factory=AcpSettings)
     limits: Limits = field(default_factory=Limits)
+    memory: MemorySettings = field(default_factory=MemorySettings)
 
 
 def load_config(
@@ -225,6 +258,7 @@ def load_config(
         base_url = base_url if base_url is not None else os.environ.get("OPENAI_BASE_URL") or None
         if model is not None or base_url is not None:
             providers, models, chain = _override(providers, models, chain, model, base_url)
+    memory = _memory_settings(source, data)
     return Config(
         paths=paths,
         providers=providers,
@@ -233,10 +267,11 @@ def load_config(
         retry=_retry(source, data.get("retry", {})),
         system_prompt=_opt_str(source, "model.system_prompt", section.get("system_prompt")),
         max_steps=_positive_int(source, "model.max_steps", section.get("max_steps", 25)),
-        tools=_tool_settings(source, data, paths),
+        tools=_tool_settings(source, data, paths, memory),
         server=_server_settings(source, data),
         acp=_acp_settings(source, data),
         limits=_limits(source, data),
+        memory=memory,
     )
 
 
@@ -256,6 +291,49 @@ def _limits(source: str, data: dict[str, Any]) -> Limits:
     if mib == 0:
         raise ConfigError(source, "limits.max_prompt_mib", "a positive number", mib)
     return Limits(max_prompt_mib=mib)
+
+
+def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:
+    table = _table(source, "memory", data.get("memory", {}))
+    d = MemorySettings()
+    embedder = table.get("embedder", d.embedder)
+    if embedder not in EMBEDDERS:
+        raise ConfigError(source, "memory.embedder", " or ".join(EMBEDDERS), embedder)
+    url = _opt_str(source, "memory.url", table.get("url"))
+    if embedder == "openai" and not url:
+        raise ConfigError(source, "memory.url", "the /v1 base URL of the embedding server", url)
+    decisions = {}
+    for key in ("remember", "forget"):
+        decisions[key] = table.get(key, getattr(d, key))
+        if decisions[key] not in PERMISSION_DECISIONS:
+            raise ConfigError(
+                source, f"memory.{key}", " or ".join(PERMISSION_DECISIONS), decisions[key]
+            )
+    share = table.get("recall_threshold", d.recall_threshold)
+    if not isinstance(share, int | float) or isinstance(share, bool) or not 0 <= share <= 1:
+        raise ConfigError(source, "memory.recall_threshold", "a number from 0 to 1", share)
+    merge = table.get("merge_threshold", d.merge_threshold)
+    if not isinstance(merge, int | float) or isinstance(merge, bool) or not 0 < merge <= 1:
+        raise ConfigError(source, "memory.merge_threshold", "a number above 0, at most 1", merge)
+    return MemorySettings(
+        embedder=embedder,
+        url=url,
+        model=_opt_str(source, "memory.model", table.get("model")) or d.model,
+        api_key_env=_opt_str(source, "memory.api_key_env", table.get("api_key_env")),
+        auto_recall=_bool(source, "memory.auto_recall", table.get("auto_recall", True)),
+        recall_limit=_positive_int(
+            source, "memory.recall_limit", table.get("recall_limit", d.recall_limit)
+        ),
+        recall_threshold=float(share),
+        recall_budget_tokens=_positive_int(
+            source,
+            "memory.recall_budget_tokens",
+            table.get("recall_budget_tokens", d.recall_budget_tokens),
+        ),
+        merge_threshold=float(merge),
+        remember=decisions["remember"],
+        forget=decisions["forget"],
+    )
 
 
 def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
@@ -490,7 +568,9 @@ def _retry(source: str, raw: Any) -> RetryPolicy:
     )
 
 
-def _tool_settings(source: str, data: dict[str, Any], paths: Paths) -> ToolSettings:
+def _tool_settings(
+    source: str, data: dict[str, Any], paths: Paths, memory: MemorySettings
+) -> ToolSettings:
     tools = _table(source, "tools", data.get("tools", {}))
     builtin = tools.get("builtin", list(BUILTIN_SERVERS))
     if not isinstance(builtin, list) or not set(builtin) <= set(BUILTIN_SERVERS):
@@ -529,6 +609,8 @@ def _tool_settings(source: str, data: dict[str, Any], paths: Paths) -> ToolSetti
         ask_client_servers=_bool(
             source, "mcp.ask_client_servers", mcp.get("ask_client_servers", False)
         ),
+        # Memory is Crow's own store: its writes need not ask like file edits.
+        tool_policies={"memory__remember": memory.remember, "memory__forget": memory.forget},
     )
 
 

@@ -44,7 +44,7 @@ max_output_tokens = 4096
 # capabilities = ["tools"]
 
 [tools]
-builtin = ["fs", "terminal", "web"]   # built-in MCP servers started in every session
+builtin = ["fs", "terminal", "web", "memory"]   # built-in MCP servers of every session
 timeout_s = 120                       # one tool call
 
 [web]
@@ -76,6 +76,20 @@ yolo = false          # true: run every tool without asking
 
 [mcp]
 ask_client_servers = false   # true: ask before starting an MCP server a client names
+
+[memory]              # long-term memory in $CROW_HOME/memory (crow memory --help)
+embedder = "offline"  # offline: all-MiniLM-L6-v2 in process (the local extra); none: text
+                      # search only; openai: an OpenAI-compatible /v1/embeddings, e.g.
+# url = "http://localhost:11434/v1"   # ollama (ollama pull nomic-embed-text)
+# model = "nomic-embed-text"
+# api_key_env = "EMBEDDINGS_KEY"
+auto_recall = true    # give every turn the memories relevant to its prompt (shown to you)
+recall_limit = 5      # at most this many,
+recall_threshold = 0.3   # at least this similar (cosine),
+recall_budget_tokens = 600   # and at most this many tokens of them
+merge_threshold = 0.9   # a new memory this similar to one in its scope replaces it
+remember = "allow"    # memory__remember / memory__forget: allow, ask or deny (Crow's own
+forget = "allow"      # store, so they need not ask like file edits)
 
 [limits]
 max_prompt_mib = 8    # the largest prompt a client may send

@@ -236,7 +236,7 @@ def test_slash_commands(crow, scripted_model):
     sid = agent.new_session()
     announced = collect_until(agent, lambda u: u["sessionUpdate"] == "available_commands_update")
     names = [c["name"] for c in announced[-1]["availableCommands"]]
-    assert names == ["help", "model", "compact", "title"]
+    assert names == ["help", "model", "compact", "title", "remember", "forget", "memories"]
     assert "/model" in notes(agent.run_turn(sid, "/help"))[0]
     switched = agent.run_turn(sid, "/model small")
     assert "config_option_update" in kinds(switched)

@@ -181,6 +181,14 @@ def test_a_file_with_a_fallback_chain_and_overrides(paths):
             "mcp.servers.s.trusted",
             "true or false",
         ),
+        ('[memory]\nembedder = "bert"\n', "memory.embedder", "offline or openai or none"),
+        ('[memory]\nembedder = "openai"\n', "memory.url", "the /v1 base URL"),
+        ('[memory]\nremember = "sometimes"\n', "memory.remember", "allow or ask or deny"),
+        ("[memory]\nrecall_threshold = 2\n", "memory.recall_threshold", "a number from 0 to 1"),
+        ("[memory]\nmerge_threshold = 0\n", "memory.merge_threshold", "a number above 0"),
+        ("[memory]\nrecall_limit = 0\n", "memory.recall_limit", "a positive integer"),
+        ('[memory]\nauto_recall = "no"\n', "memory.auto_recall", "true or false"),
+        ('[tools]\nbuiltin = ["brain"]\n', "tools.builtin", "a list from"),
     ],
 )
 def test_config_errors_name_file_key_and_expectation(paths, text, key, expected):
@@ -190,6 +198,27 @@ def test_config_errors_name_file_key_and_expectation(paths, text, key, expected)
         load_config(paths)
     message = str(info.value)
     assert message.startswith(f"{paths.config_file}: {key}: expected {expected}")
+
+
+def test_memory_settings_and_their_tool_policies(paths):
+    config = load_config(paths)
+    assert config.memory.embedder == "offline" and config.memory.auto_recall
+    assert "memory" in config.tools.builtin
+    assert config.tools.tool_policies == {
+        "memory__remember": "allow",
+        "memory__forget": "allow",
+    }
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[memory]\nembedder = "openai"\nurl = "http://gpu:11434/v1"\nforget = "ask"\n'
+        "auto_recall = false\nrecall_threshold = 0.5\n"
+    )
+    config = load_config(paths)
+    assert (config.memory.embedder, config.memory.url) == ("openai", "http://gpu:11434/v1")
+    assert config.memory.model == "nomic-embed-text"
+    assert not config.memory.auto_recall and config.memory.recall_threshold == 0.5
+    assert config.tools.tool_policies["memory__forget"] == "ask"
+    assert config.paths.memory == paths.home / "memory"
 
 
 def test_web_allow_hosts(paths):

@@ -1,7 +1,8 @@
 """Slash commands: plain text prompts that Crow answers itself (ACP-V2.md §6, §8.4).
 
 ``/help`` lists them, ``/model [name]`` shows or switches the session's model,
-``/compact`` summarises older turns now, ``/title <text>`` renames the session.
+``/compact`` summarises older turns now, ``/title <text>`` renames the session,
+``/remember <text>``, ``/forget <id>`` and ``/memories [query]`` use Crow's memory.
 An unknown ``/word`` goes to the model as ordinary text.
 """
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
 
-from . import compaction
+from . import compaction, memory
 from .session import now
 
 if TYPE_CHECKING:
@@ -87,6 +88,14 @@ COMMANDS = [
     Command("model", "Show the model, or switch to another", "[model name]", _model),
     Command("compact", "Summarise older turns to free context", None, _compact),
     Command("title", "Rename this session", "<title>", _title),
+    Command(
+        "remember",
+        "Keep a fact in Crow's memory for this project",
+        "<text>",
+        memory.remember_command,
+    ),
+    Command("forget", "Delete a memory", "<memory id>", memory.forget_command),
+    Command("memories", "List memories, or search them", "[query]", memory.memories_command),
 ]
 _BY_NAME = {c.name: c for c in COMMANDS}
 

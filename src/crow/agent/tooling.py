@@ -1,7 +1,7 @@
 """A session's tools: which MCP servers it gets, and starting them.
 
 Every session gets the built-in servers (fs confined to its cwd and
-additional directories, terminal in its cwd, web), the servers of
+additional directories, terminal in its cwd, web, memory for its project), the servers of
 ``[mcp.servers]`` in config.toml, and the ``mcpServers`` its client named in
 ``session/new`` or ``session/resume`` (ACP-V2.md §5.1): stdio and http, each
 name once, an unknown transport refused with ``-32602``.
@@ -17,6 +17,7 @@ Client-named servers are never trusted: their tools ask like ``other``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shlex
 from collections.abc import Callable
@@ -96,7 +97,9 @@ def _pairs(items: Any) -> dict[str, str]:
     return {item.name: item.value for item in items}
 
 
-def builtin_servers(config: Config, cwd: str, extra: list[str]) -> dict[str, Callable[[], Any]]:
+def builtin_servers(
+    config: Config, cwd: str, extra: list[str], session_id: str | None = None
+) -> dict[str, Callable[[], Any]]:
     """Factories for the built-in servers of one session (they import mcp: call late)."""
 
     def fs() -> Any:
@@ -117,7 +120,17 @@ def builtin_servers(config: Config, cwd: str, extra: list[str]) -> dict[str, Cal
             search_url=config.tools.search_url, allow_hosts=config.tools.fetch_allow_hosts
         )
 
-    factories = {"fs": fs, "terminal": terminal, "web": web}
+    def memory() -> Any:
+        from crow.memory.scopes import MemoryPlace
+        from crow.memory.shared import shared_store
+        from crow.servers.memory import build_server
+
+        folder = config.paths.memory
+        return build_server(
+            lambda: shared_store(folder, config.memory), MemoryPlace(cwd, session_id)
+        )
+
+    factories = {"fs": fs, "terminal": terminal, "web": web, "memory": memory}
     return {name: factories[name] for name in config.tools.builtin}
 
 
@@ -127,15 +140,32 @@ def start_tools(
     """Start the session's servers in the background; the first prompt waits."""
     session.permissions = session.permissions or Permissions(config.tools, config.paths)
     hub = session.tools = ToolHub(on_event=session.note)
-    builtins = builtin_servers(config, session.record.cwd, extra_dirs)
+    builtins = builtin_servers(config, session.record.cwd, extra_dirs, session.id)
 
     async def start() -> None:
         chosen = await _approved(session, specs) if config.tools.ask_client_servers else specs
-        await hub.start(
+        servers = hub.start(
             builtins, [*config.tools.servers, *chosen], builtin_timeout_s=config.tools.timeout_s
         )
+        await asyncio.gather(servers, _warm_memory(config))
 
     session.tools_started = asyncio.create_task(start(), name=f"tools-{session.id}")
+
+
+async def _warm_memory(config: Config) -> None:
+    """Open the memory store while the servers start: the first prompt recalls."""
+    if "memory" not in config.tools.builtin or not config.memory.auto_recall:
+        return
+
+    def warm() -> None:
+        from crow.memory.shared import shared_store  # numpy: off the event loop too
+
+        shared_store(config.paths.memory, config.memory).warm()
+
+    try:
+        await asyncio.to_thread(warm)
+    except Exception:  # recall will say what is wrong, or do without
+        logging.getLogger("crow.agent").exception("memory: warming the store failed")
 
 
 START_OPTIONS = (

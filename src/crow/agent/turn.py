@@ -50,7 +50,7 @@ from crow.store.aio import settled
 from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
 
-from . import commands, compaction
+from . import commands, compaction, instructions, memory
 from .session import LiveSession, new_id, now
 from .toolrun import ToolRunner
 
@@ -68,9 +68,6 @@ TITLE_CHARS = 80
 #: How long a turn whose end could not be logged keeps trying, and how often.
 SETTLE_FOR_S = 300.0
 SETTLE_EVERY_S = 1.0
-DEFAULT_SYSTEM_PROMPT = (
-    "You are Crow, a careful and capable coding agent. Answer concisely and accurately."
-)
 
 
 @dataclass
@@ -231,6 +228,7 @@ class Turn:
     async def react(self) -> str:
         hub = await self.session.ready_tools()
         self.tools = [t.openai() for t in hub.tools()] if hub is not None else []
+        await memory.recall_into(self)
         for _ in range(self.agent.config.max_steps):
             reply = await self.call_model()
             if reply.finish_reason == "length":
@@ -259,7 +257,7 @@ class Turn:
                 await _shielded(self.store.append_message(self.session.id, message))
 
     async def messages(self) -> list[dict[str, Any]]:
-        system = self.agent.config.system_prompt or DEFAULT_SYSTEM_PROMPT
+        system = await instructions.system_prompt(self.agent.config, self.session.record.cwd)
         out: list[dict[str, Any]] = [{"role": "system", "content": system}]
         for entry in await self.store.transcript(self.session.id):
             if entry.kind == "summary":

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from crow.acp import SessionProjection, schema
-from crow.extensions import WAIT_OVER
+from crow.extensions import RECALLED, WAIT_OVER
 
 __all__ = ["WAITING", "TextRenderer", "activity", "is_note", "status"]
 
@@ -81,6 +81,8 @@ def activity(projection: SessionProjection, update: Any) -> str | None:
         if update.status == "failed":
             reason = _raw_text(update.raw_output)
             line += f": {reason}" if reason else " (failed)"
+        elif _recalled(update):  # what memory gave the model, the user sees too
+            line += "".join(f"\n  {text}" for text in _content_text(update.content))
         return line
     if kind == "agent_thought":
         message = projection.messages.get(update.message_id)
@@ -91,6 +93,21 @@ def activity(projection: SessionProjection, update: Any) -> str | None:
         if message:
             return f"crow: {message.text}"
     return None
+
+
+def _recalled(update: Any) -> bool:
+    meta = update.meta if isinstance(update.meta, dict) else {}
+    return bool(meta.get(RECALLED)) and update.content not in (schema.UNSET, None)
+
+
+def _content_text(content: Any) -> list[str]:
+    out: list[str] = []
+    for item in content:
+        block = getattr(item, "content", None)
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            out.extend(line for line in text.splitlines() if line.strip())
+    return out
 
 
 def status(projection: SessionProjection, update: Any) -> str | None:

@@ -2,7 +2,8 @@
 
 A decision comes from, first to last: the yolo switch; an "always" answer given
 in this session; an "always" answer saved in ``permissions.toml``; the policy
-for the tool's kind (defaults: reads and searches run, edits, deletes and
+for the tool itself (``[memory] remember/forget``, for a trusted server's
+tool); the policy for the tool's kind (defaults: reads and searches run, edits, deletes and
 commands ask).  Only a trusted server (a built-in, or one marked ``trusted`` in
 config.toml) chooses its tools' kind: the others' tools are decided as ``other``,
 so a third-party "read-only" tool still asks.  An answer Crow does not recognise
@@ -60,6 +61,9 @@ class Permissions:
         )
         if remembered is not None:
             return remembered
+        policy = self.settings.tool_policies.get(tool.qualified)
+        if policy is not None and tool.trusted:
+            return policy
         kind = tool.permission_kind
         return self.settings.permissions.get(kind, self.settings.permissions["other"])
 

@@ -32,7 +32,14 @@ RAW_OUTPUT_CHARS = 20_000
 
 def title_for(tool: ToolInfo, args: dict[str, Any]) -> str:
     """A short human title: "Read src/a.py", "Run `pytest -q`"."""
-    target = args.get("path") or args.get("url") or args.get("query") or args.get("pattern")
+    target = (
+        args.get("path")
+        or args.get("url")
+        or args.get("query")
+        or args.get("pattern")
+        or args.get("text")  # memory: remember
+        or args.get("id")  # memory: forget
+    )
     if "command" in args:
         return f"Run `{_short(str(args['command']))}`"
     verbs = {
@@ -44,6 +51,9 @@ def title_for(tool: ToolInfo, args: dict[str, Any]) -> str:
         "grep": "Search for",
         "search": "Search the web for",
         "fetch": "Fetch",
+        "remember": "Remember",
+        "recall": "Recall",
+        "forget": "Forget",
     }
     verb = verbs.get(tool.name)
     if verb and target:

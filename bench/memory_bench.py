@@ -1,0 +1,133 @@
+"""Crow's memory: recall quality on the labelled set, and how fast the store is.
+
+    python bench/memory_bench.py [--embedders offline,text] [--openai URL MODEL]
+
+Quality: the 60 memories of ``tests/data/memory_recall.json`` are stored, and
+two sets of queries are recalled: its 120 paraphrases (written not to share the
+memory's distinctive words) and ``keyword`` queries made from the set (each
+memory's first identifier-like word: ``snake_case``, ``_routes.py``, ``--ff``),
+as people also search.  hit@1 / hit@5 say how often the memory a query should
+find came first / in the first five.  ``offline`` is the
+built-in all-MiniLM-L6-v2 (hybrid search: vectors + full text), ``text`` is
+full-text search alone (what memory does when no embedder answers), and
+``--openai`` adds any OpenAI-compatible embeddings server (e.g. ollama's
+nomic-embed-text).  Speed: the time to remember each memory, to recall (p50 /
+p99), and the store's size on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from crow.memory.embedders import Embedder, MiniLMEmbedder, OpenAIEmbedder  # noqa: E402
+from crow.memory.store import MemoryStore  # noqa: E402
+
+LABELLED = ROOT / "tests" / "data" / "memory_recall.json"
+
+
+def keyword_queries(data: dict[str, Any]) -> list[dict[str, str]]:
+    """Each memory's first identifier-like word (digits, _ or - inside, or camelCase)."""
+    out = []
+    for memory in data["memories"]:
+        words = re.findall(r"[\w\-./:]+", memory["text"])
+        chosen = [w for w in words if len(w) > 3 and re.search(r"\d|_|-|[a-z][A-Z]", w)]
+        if chosen:
+            out.append({"query": chosen[0].strip("."), "expect": memory["key"]})
+    return out
+
+
+def evaluate(embedder: Embedder | None, folder: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """hit@1, hit@5 (paraphrases, and keywords) and timings for one embedder."""
+    store = MemoryStore(folder, embedder, merge_threshold=0.97)
+    ids: dict[str, str] = {}
+    started = time.perf_counter()
+    for memory in data["memories"]:
+        ids[store.remember(memory["text"], tags=memory["tags"]).id] = memory["key"]
+    remember_s = time.perf_counter() - started
+    result = _hits(store, ids, data["queries"])
+    keywords = _hits(store, ids, keyword_queries(data))
+    result.update({f"keyword_{k}": v for k, v in keywords.items() if k.startswith("hit")})
+    result["keyword_queries"] = keywords["queries"]
+    result["remember_ms_each"] = 1000 * remember_s / len(data["memories"])
+    result["memories"] = len(set(ids.values()))
+    result["disk_kib"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) // 1024
+    return result
+
+
+def _hits(store: MemoryStore, ids: dict[str, str], queries: list[dict[str, str]]) -> dict[str, Any]:
+    hit1 = hit5 = 0
+    latencies = []
+    first_similarity: list[tuple[bool, float]] = []
+    for query in queries:
+        started = time.perf_counter()
+        found = store.recall(query["query"], limit=5)
+        latencies.append(time.perf_counter() - started)
+        keys = [ids.get(h.memory.id) for h in found.hits]
+        hit1 += bool(keys) and keys[0] == query["expect"]
+        hit5 += query["expect"] in keys
+        if found.hits and found.hits[0].similarity is not None:
+            first_similarity.append((keys[0] == query["expect"], found.hits[0].similarity))
+    n = len(queries)
+    latencies.sort()
+    return {
+        "hit@1": hit1 / n,
+        "hit@5": hit5 / n,
+        "queries": n,
+        "recall_p50_ms": 1000 * statistics.median(latencies),
+        "recall_p99_ms": 1000 * latencies[min(n - 1, int(0.99 * n))],
+        "similarity_of_first": first_similarity,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embedders", default="offline,text")
+    parser.add_argument("--openai", nargs=2, metavar=("URL", "MODEL"))
+    args = parser.parse_args()
+    data = json.loads(LABELLED.read_text())
+    chosen: dict[str, Embedder | None] = {}
+    for name in args.embedders.split(","):
+        chosen[name] = {"offline": MiniLMEmbedder(), "text": None}[name]
+    if args.openai:
+        chosen[f"openai:{args.openai[1]}"] = OpenAIEmbedder(*args.openai)
+    print(f"{len(data['memories'])} memories, {len(data['queries'])} queries ({LABELLED.name})")
+    for name, embedder in chosen.items():
+        with tempfile.TemporaryDirectory() as folder:
+            result = evaluate(embedder, Path(folder), data)
+        pairs = result.pop("similarity_of_first")
+        print(
+            f"{name:>10}: paraphrases hit@1 {result['hit@1']:.3f} hit@5 {result['hit@5']:.3f}; "
+            f"{result['keyword_queries']} keywords hit@1 {result['keyword_hit@1']:.3f} "
+            f"hit@5 {result['keyword_hit@5']:.3f}\n{'':>10}  "
+            f"remember {result['remember_ms_each']:.1f} ms each  recall p50 "
+            f"{result['recall_p50_ms']:.1f} ms p99 {result['recall_p99_ms']:.1f} ms  "
+            f"disk {result['disk_kib']} KiB"
+        )
+        if pairs:
+            right = [s for ok, s in pairs if ok]
+            wrong = [s for ok, s in pairs if not ok]
+            print(
+                f"{'':>10}  similarity of the first hit: right min {min(right):.2f} "
+                f"median {statistics.median(right):.2f}; wrong "
+                + (
+                    f"median {statistics.median(wrong):.2f} max {max(wrong):.2f}"
+                    if wrong
+                    else "none"
+                )
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

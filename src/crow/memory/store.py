@@ -1,0 +1,586 @@
+"""The memory store: one LanceDB table of memories, searched by meaning and by words.
+
+A memory has an id, its text, a scope (``global``, ``project:<root>``,
+``session:<id>``), tags, where it came from (session, message) and times:
+created, updated, last recalled.  Vectors sit beside the text with a full-text
+index; a search fuses the two rankings by reciprocal rank, with a light boost
+for recent memories.
+
+The table records the embedder that made its vectors (its schema's metadata).
+A store opened with another embedder searches by text only and says so, until
+``reindex`` embeds every memory again; vectors of two embedders are never
+compared.  When no embedder answers, memory still works on full text.
+
+Several processes may share one store: LanceDB commits are atomic and the
+connection re-reads the latest version on every read, so writes are not lost
+and reads see what others committed.  Everything here blocks: async callers
+run it in a thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .embedders import Embedder, EmbedderUnavailable
+from .scopes import MemoryError, valid_scope
+
+__all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
+
+log = logging.getLogger("crow.memory")
+
+TABLE = "memories"
+EMBEDDER_KEY = b"crow.embedder"
+#: Reciprocal rank fusion: a memory scores weight / (RRF_K + rank) in each list.
+#: Tuned on tests/data/memory_recall.json (bench/memory_bench.py): meaning finds
+#: paraphrases, words find identifiers and names; words weigh less, as a query
+#: that shares only common words with a memory is weak evidence.
+RRF_K = 10
+VECTOR_WEIGHT = 1.0
+TEXT_WEIGHT = 0.3
+#: A memory updated today scores up to this much more than an old one (halving monthly).
+RECENCY_BOOST = 0.1
+RECENCY_HALF_LIFE_DAYS = 30.0
+_ID = re.compile(r"mem_[0-9a-f]{16}")
+_COLUMNS = ["id", "text", "scope", "tags", "session", "message", "created", "updated", "recalled"]
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: str
+    text: str
+    scope: str
+    tags: tuple[str, ...] = ()
+    session: str = ""
+    message: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+    recalled: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "text": self.text,
+            "scope": self.scope,
+            "tags": list(self.tags),
+            "session": self.session or None,
+            "message": self.message or None,
+            "created": _iso(self.created),
+            "updated": _iso(self.updated),
+            "recalled": _iso(self.recalled) if self.recalled else None,
+        }
+
+
+@dataclass(frozen=True)
+class Hit:
+    memory: Memory
+    score: float  # the fused rank score, 1.0 for first in both lists
+    similarity: float | None  # cosine similarity to the query, when vectors were searched
+    text_score: float | None = None  # its BM25 score, when its words matched
+
+
+@dataclass(frozen=True)
+class Recall:
+    hits: list[Hit]
+    mode: str  # "hybrid" or "text"
+    note: str | None = None  # why the search was by text only
+
+
+@dataclass(frozen=True)
+class Remembered:
+    id: str
+    merged_into: str | None = None  # the similar memory this one replaced, if any
+    replaced_text: str | None = None  # what that memory said before
+
+
+@dataclass
+class _Vectors:
+    """Whether this store can search by meaning now, and if not, why."""
+
+    usable: bool
+    reason: str | None = None
+    failures: dict[str, str] = field(default_factory=dict)
+
+
+class MemoryStore:
+    """The memories under ``folder``, embedded by ``embedder`` (None: text only)."""
+
+    def __init__(
+        self, folder: Path, embedder: Embedder | None, *, merge_threshold: float = 0.9
+    ) -> None:
+        self.folder = folder
+        self.embedder = embedder
+        self.merge_threshold = merge_threshold
+        self._db: Any | None = None
+        self._lock = threading.Lock()  # one read-modify-write at a time in this process
+        self._down_until = 0.0  # an embedder that failed is not asked again at once
+
+    # ---- the table ------------------------------------------------------------------
+    @property
+    def db(self) -> Any:
+        """The LanceDB connection, made on first use: importing lancedb takes ~2 s
+        (its generated REST client), which a store nobody wrote to never pays."""
+        if self._db is None:
+            import lancedb
+
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Interval 0: every read sees what other processes committed.
+            self._db = lancedb.connect(str(self.folder), read_consistency_interval=timedelta(0))
+        return self._db
+
+    @property
+    def exists(self) -> bool:
+        """Whether any memory was ever written here (a stat: no LanceDB needed)."""
+        return (self.folder / f"{TABLE}.lance").is_dir()
+
+    def warm(self) -> None:
+        """Pay the first use's costs now (LanceDB, the embedder's weights), if there
+        is anything to recall: a session's first prompt then need not wait."""
+        if not self.exists:
+            return
+        self._open()
+        if self.embedder is not None:
+            try:
+                self.embedder.load()
+            except EmbedderUnavailable as exc:
+                log.warning("memory: %s", exc)
+
+    def _open(self) -> Any | None:
+        if not self.exists:
+            return None
+        if TABLE not in self.db.list_tables().tables:
+            return None
+        return self.db.open_table(TABLE)
+
+    def _schema(self, dimension: int | None) -> Any:
+        import pyarrow as pa
+
+        fields = [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("scope", pa.string(), nullable=False),
+            pa.field("tags", pa.list_(pa.string())),
+            pa.field("session", pa.string()),
+            pa.field("message", pa.string()),
+            pa.field("created", pa.float64()),
+            pa.field("updated", pa.float64()),
+            pa.field("recalled", pa.float64()),
+        ]
+        name = ""
+        if dimension is not None and self.embedder is not None:
+            fields.append(pa.field("vector", pa.list_(pa.float32(), dimension)))
+            name = self.embedder.name
+        return pa.schema(fields, metadata={EMBEDDER_KEY: name.encode()})
+
+    def _create(self, schema: Any, rows: list[dict[str, Any]], *, replace: bool = False) -> Any:
+        from lancedb.index import FTS
+
+        mode = "overwrite" if replace else "create"
+        table = self.db.create_table(TABLE, schema=schema, mode=mode, exist_ok=not replace)
+        if rows:
+            table.add(rows)
+        if not any(index.index_type == "FTS" for index in table.list_indices()):
+            table.create_index("text", config=FTS(), replace=True)
+        return table
+
+    def _writable(self, table: Any | None, vector: np.ndarray | None) -> Any:
+        """The table to write to: made (or, while empty, remade) for this embedder."""
+        name = self.embedder.name if self.embedder is not None and vector is not None else ""
+        if table is not None:
+            recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
+            if recorded == name or table.count_rows() > 0:
+                return table
+        schema = self._schema(None if vector is None else len(vector))
+        return self._create(schema, [], replace=table is not None)
+
+    def recorded_embedder(self) -> str | None:
+        """The embedder the table's vectors came from ("" none yet; None: no table)."""
+        table = self._open()
+        if table is None:
+            return None
+        return str((table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode())
+
+    def _vectors(self, table: Any | None) -> _Vectors:
+        if self.embedder is None:
+            return _Vectors(False, "no embedder is configured ([memory] embedder = none)")
+        if table is None or table.count_rows() == 0:
+            return _Vectors(True)
+        recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
+        if recorded != self.embedder.name:
+            made = f"by {recorded}" if recorded else "without an embedder"
+            return _Vectors(
+                False,
+                f"the memories were stored {made} and Crow now uses {self.embedder.name}: "
+                "run `crow memory reindex`",
+            )
+        if time.monotonic() < self._down_until:
+            return _Vectors(False, self._down_reason)
+        return _Vectors(True)
+
+    def _embed(self, texts: list[str]) -> np.ndarray | None:
+        """Vectors, or None when the embedder fails (remembered for a minute)."""
+        assert self.embedder is not None
+        try:
+            return self.embedder.embed(texts)
+        except EmbedderUnavailable as exc:
+            self._down_until = time.monotonic() + 60.0
+            self._down_reason = f"the embedder is unavailable: {exc}"
+            log.warning("memory: %s", self._down_reason)
+            return None
+
+    _down_reason = ""
+
+    # ---- writing --------------------------------------------------------------------
+    def remember(
+        self,
+        text: str,
+        *,
+        scope: str = "global",
+        tags: Iterable[str] = (),
+        session: str = "",
+        message: str = "",
+        created: float | None = None,
+        memory_id: str | None = None,
+    ) -> Remembered:
+        text = text.strip()
+        if not text:
+            raise MemoryError("there is nothing to remember: the text is empty")
+        valid_scope(scope)
+        tags = _tags(tags)
+        with self._lock:
+            table = self._open()
+            vector = None
+            if self._vectors(table).usable:
+                embedded = self._embed([text])
+                vector = None if embedded is None else embedded[0]
+            table = self._writable(table, vector)
+            if not _has_vector_column(table):
+                vector = None  # stored by text until a reindex gives it a vector
+            twin = self._twin(table, text, vector, scope)
+            stamp = time.time()
+            if twin is not None:
+                row = _row(twin.id, text, scope, (*twin.tags, *tags), twin, vector, stamp)
+                row["created"] = twin.created
+                _upsert(table, row)
+                return Remembered(twin.id, merged_into=twin.id, replaced_text=twin.text)
+            new_id = memory_id if memory_id and _ID.fullmatch(memory_id) else _new_id()
+            row = _row(new_id, text, scope, tags, None, vector, stamp)
+            row.update(session=session, message=message, created=created or stamp)
+            table.add([_fit(table, row)])
+            return Remembered(new_id)
+
+    def _twin(self, table: Any, text: str, vector: np.ndarray | None, scope: str) -> Memory | None:
+        """A memory in the same scope that says the same: merged instead of piling up."""
+        where = f"scope = {_quote(scope)}"
+        if vector is not None:
+            rows = (
+                table.search(vector, vector_column_name="vector")
+                .metric("cosine")
+                .where(f"{where} AND vector IS NOT NULL", prefilter=True)
+                .limit(1)
+                .to_list()
+            )
+            if rows and 1.0 - rows[0]["_distance"] >= self.merge_threshold:
+                return _memory(rows[0])
+        wanted = _normal(text)
+        for row in _fts(table, text, where, 10):
+            if _normal(row["text"]) == wanted:
+                return _memory(row)
+        return None
+
+    def forget(self, memory_id: str) -> Memory | None:
+        """Delete one memory; returns it (None if there was none)."""
+        if not _ID.fullmatch(memory_id):
+            raise MemoryError(f"{memory_id!r} is not a memory id (they look like mem_0123…)")
+        with self._lock:
+            table = self._open()
+            found = self.get(memory_id, table)
+            if found is not None and table is not None:
+                table.delete(f"id = {_quote(memory_id)}")
+            return found
+
+    def get(self, memory_id: str, table: Any | None = None) -> Memory | None:
+        table = table if table is not None else self._open()
+        if table is None or not _ID.fullmatch(memory_id):
+            return None
+        rows = table.search().where(f"id = {_quote(memory_id)}").select(_COLUMNS).to_list()
+        return _memory(rows[0]) if rows else None
+
+    def mark_recalled(self, ids: list[str]) -> None:
+        """Record when memories were last recalled (best effort: a race loses a stamp)."""
+        ids = [i for i in ids if _ID.fullmatch(i)]
+        table = self._open()
+        if not ids or table is None:
+            return
+        try:
+            table.update(
+                where=f"id IN ({', '.join(map(_quote, ids))})", values={"recalled": time.time()}
+            )
+        except Exception as exc:  # another process's commit won: the stamp is not worth a retry
+            log.debug("memory: recalled stamp lost: %s", exc)
+
+    # ---- reading --------------------------------------------------------------------
+    def recall(
+        self,
+        query: str,
+        *,
+        scopes: Iterable[str] | None = None,
+        tags: Iterable[str] = (),
+        limit: int = 5,
+    ) -> Recall:
+        """The memories that best match ``query``, best first."""
+        table = self._open()
+        if table is None or not query.strip():
+            return Recall([], "hybrid" if self.embedder is not None else "text")
+        where = _where(scopes, tags)
+        depth = max(limit * 4, 20)
+        vectors = self._vectors(table)
+        by_meaning: list[dict[str, Any]] = []
+        if vectors.usable and _has_vector_column(table):
+            embedded = self._embed([query])
+            if embedded is None:
+                vectors = _Vectors(False, self._down_reason)
+            else:
+                search = table.search(embedded[0], vector_column_name="vector").metric("cosine")
+                clause = f"({where}) AND vector IS NOT NULL" if where else "vector IS NOT NULL"
+                by_meaning = search.where(clause, prefilter=True).limit(depth).to_list()
+        elif vectors.usable:
+            vectors = _Vectors(False, "no memory has a vector yet")
+        by_words = _fts(table, query, where, depth)
+        hits = _fuse(by_meaning, by_words, limit)
+        mode = "hybrid" if vectors.usable else "text"
+        return Recall(
+            hits, mode, None if vectors.usable else f"searched by text only: {vectors.reason}"
+        )
+
+    def list_memories(
+        self,
+        *,
+        scopes: Iterable[str] | None = None,
+        tags: Iterable[str] = (),
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[Memory]:
+        """Memories, most recently updated first."""
+        return self.all(scopes=scopes, tags=tags)[offset : offset + limit]
+
+    def all(self, *, scopes: Iterable[str] | None = None, tags: Iterable[str] = ()) -> list[Memory]:
+        table = self._open()
+        if table is None:
+            return []
+        query = table.search().select(_COLUMNS)
+        where = _where(scopes, tags)
+        if where:
+            query = query.where(where)
+        rows = query.limit(max(table.count_rows(), 1)).to_list()
+        return sorted((_memory(r) for r in rows), key=lambda m: (-m.updated, m.id))
+
+    def stats(self) -> dict[str, Any]:
+        table = self._open()
+        memories = self.all()
+        scopes: dict[str, int] = {}
+        for memory in memories:
+            scopes[memory.scope] = scopes.get(memory.scope, 0) + 1
+        with_vectors = 0
+        if table is not None and _has_vector_column(table):
+            with_vectors = table.count_rows("vector IS NOT NULL")
+        vectors = self._vectors(table)
+        return {
+            "folder": str(self.folder),
+            "memories": len(memories),
+            "scopes": scopes,
+            "embedder": self.embedder.name if self.embedder else None,
+            "stored_with": self.recorded_embedder(),
+            "with_vectors": with_vectors,
+            "search": "hybrid" if vectors.usable else f"text only: {vectors.reason}",
+            "bytes": sum(p.stat().st_size for p in self.folder.rglob("*") if p.is_file()),
+        }
+
+    # ---- moving memories ------------------------------------------------------------
+    def export(self) -> Iterator[dict[str, Any]]:
+        for memory in sorted(self.all(), key=lambda m: (m.created, m.id)):
+            yield memory.to_dict()
+
+    def reindex(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Embed every memory with this store's embedder and rewrite the table."""
+        with self._lock:
+            memories = sorted(self.all(), key=lambda m: (m.created, m.id))
+            vectors: np.ndarray | None = None
+            if self.embedder is not None and memories:
+                parts = []
+                for start in range(0, len(memories), 64):
+                    batch = [m.text for m in memories[start : start + 64]]
+                    parts.append(self.embedder.embed(batch))  # a failure stops the reindex
+                    if progress is not None:
+                        progress(min(start + 64, len(memories)), len(memories))
+                vectors = np.concatenate(parts)
+            dimension = None if vectors is None else vectors.shape[1]
+            if self.embedder is not None and dimension is None:
+                dimension = len(self.embedder.embed(["dimension probe"])[0])
+            rows = []
+            for index, memory in enumerate(memories):
+                row = _row(memory.id, memory.text, memory.scope, memory.tags, memory, None, 0)
+                row.update(session=memory.session, message=memory.message)
+                row.update(created=memory.created, updated=memory.updated, recalled=memory.recalled)
+                if vectors is not None:
+                    row["vector"] = vectors[index]
+                rows.append(row)
+            self._create(self._schema(dimension), rows, replace=True)
+            self._down_until = 0.0
+            return len(rows)
+
+    def compact(self) -> None:
+        """Fold small writes into the indexes and drop old versions (crow memory reindex)."""
+        table = self._open()
+        if table is not None:
+            table.optimize(cleanup_older_than=timedelta(minutes=5))
+
+
+# ---- helpers ------------------------------------------------------------------------
+def _new_id() -> str:
+    return f"mem_{secrets.token_hex(8)}"
+
+
+def _iso(stamp: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
+
+
+def _tags(tags: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for tag in tags:
+        tag = str(tag).strip().lower()
+        if tag and tag not in out:
+            out.append(tag)
+    return out
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split()).rstrip(".!")
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _where(scopes: Iterable[str] | None, tags: Iterable[str]) -> str:
+    clauses = []
+    if scopes is not None:
+        chosen = [valid_scope(s) for s in scopes]
+        clauses.append(f"scope IN ({', '.join(map(_quote, chosen))})" if chosen else "false")
+    chosen_tags = _tags(tags)
+    if chosen_tags:
+        clauses.append(f"array_has_any(tags, [{', '.join(map(_quote, chosen_tags))}])")
+    return " AND ".join(clauses)
+
+
+def _row(
+    memory_id: str,
+    text: str,
+    scope: str,
+    tags: Iterable[str],
+    old: Memory | None,
+    vector: np.ndarray | None,
+    stamp: float,
+) -> dict[str, Any]:
+    return {
+        "id": memory_id,
+        "text": text,
+        "scope": scope,
+        "tags": _tags(tags),
+        "session": old.session if old else "",
+        "message": old.message if old else "",
+        "created": stamp,
+        "updated": stamp,
+        "recalled": old.recalled if old else None,
+        "vector": vector,
+    }
+
+
+def _has_vector_column(table: Any) -> bool:
+    return "vector" in table.schema.names
+
+
+def _fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The row as the table's columns expect it (no vector column, no vector key)."""
+    if not _has_vector_column(table):
+        row.pop("vector", None)
+    elif row.get("vector") is not None:
+        row["vector"] = np.asarray(row["vector"], dtype=np.float32)
+    return row
+
+
+def _upsert(table: Any, row: dict[str, Any]) -> None:
+    """Replace a memory in one commit (a reader never sees it missing)."""
+    import pyarrow as pa
+
+    data = pa.Table.from_pylist([_fit(table, row)], schema=table.schema)
+    table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+
+def _memory(row: dict[str, Any]) -> Memory:
+    return Memory(
+        id=row["id"],
+        text=row["text"],
+        scope=row["scope"],
+        tags=tuple(row.get("tags") or ()),
+        session=row.get("session") or "",
+        message=row.get("message") or "",
+        created=row.get("created") or 0.0,
+        updated=row.get("updated") or 0.0,
+        recalled=row.get("recalled"),
+    )
+
+
+def _fts(table: Any, query: str, where: str, limit: int) -> list[dict[str, Any]]:
+    """Full-text matches; punctuation in a query is no syntax to LanceDB."""
+    words = " ".join(re.findall(r"\w+", query))
+    if not words:
+        return []
+    search = table.search(words, query_type="fts").select([*_COLUMNS, "_score"])
+    if where:
+        search = search.where(where, prefilter=True)
+    try:
+        return list(search.limit(limit).to_list())
+    except Exception as exc:  # an index LanceDB cannot read is no reason to fail a turn
+        log.warning("memory: full-text search failed: %s", exc)
+        return []
+
+
+def _fuse(
+    by_meaning: list[dict[str, Any]], by_words: list[dict[str, Any]], limit: int
+) -> list[Hit]:
+    """Reciprocal rank fusion of the two rankings, with a light boost for recent memories."""
+    scores: dict[str, float] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    similarity: dict[str, float] = {}
+    bm25: dict[str, float] = {}
+    lists = ((by_meaning, VECTOR_WEIGHT), (by_words, TEXT_WEIGHT))
+    for ranking, weight in lists:
+        for rank, row in enumerate(ranking):
+            scores[row["id"]] = scores.get(row["id"], 0.0) + weight / (RRF_K + rank + 1)
+            rows.setdefault(row["id"], row)
+            if "_distance" in row:
+                similarity[row["id"]] = 1.0 - float(row["_distance"])
+            if "_score" in row:
+                bm25[row["id"]] = float(row["_score"])
+    best = sum(weight / (RRF_K + 1) for ranking, weight in lists if ranking) or 1.0
+    now = time.time()
+    hits = []
+    for memory_id, score in scores.items():
+        memory = _memory(rows[memory_id])
+        age_days = max(0.0, now - memory.updated) / 86400
+        boost = 1.0 + RECENCY_BOOST * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
+        fused = score / best * boost / (1 + RECENCY_BOOST)
+        hits.append(Hit(memory, fused, similarity.get(memory_id), bm25.get(memory_id)))
+    hits.sort(key=lambda h: (-h.score, h.memory.id))
+    return hits[:limit]

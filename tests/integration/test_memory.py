@@ -1,0 +1,302 @@
+"""Crow's memory end to end: the MCP server over real stdio, automatic recall in
+real ``crow serve`` processes sharing one store, the slash commands, AGENTS.md,
+and the ``crow memory`` command line.
+
+Most tests use ``[memory] embedder = "openai"`` against the scripted model's
+``/v1/embeddings`` (bag-of-words vectors), so they need no model files; the
+offline embedder has its own test here and in tests/unit/memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fakemodel import Text, ToolCalls
+from serve_support import is_idle, notes, updates
+
+from crow.extensions import RECALLED
+from crow.memory.minilm import find_model_dir
+
+CROW = [sys.executable, "-m", "crow"]
+
+
+def memory_config(base_url: str, **settings: object) -> str:
+    lines = ["[memory]", 'embedder = "openai"', f'url = "{base_url}"']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in settings.items()]
+    return "\n".join(lines) + "\n"
+
+
+def recalled(seen):
+    return [
+        u
+        for u in seen
+        if u["sessionUpdate"] == "tool_call_update" and u.get("_meta", {}).get(RECALLED)
+    ]
+
+
+def turn(agent, sid: str, text: str) -> list[dict]:
+    """A turn's updates, waiting longer than usual between them: a process's first
+    memory write imports LanceDB (~2 s of CPU, more on a loaded machine)."""
+    response, before = agent.prompt(sid, text)
+    assert "result" in response, response
+    seen = updates(before)
+    while not seen or not is_idle(seen[-1]):
+        seen += updates([agent.recv(timeout=90)])
+    return seen
+
+
+def crow_memory(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CROW, "memory", *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+
+
+# ---- the MCP server -----------------------------------------------------------------
+
+
+async def test_crow_mcp_memory_serves_any_mcp_host(tmp_path, crow_home, scripted_model):
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    crow_home.mkdir(parents=True, exist_ok=True)
+    (crow_home / "config.toml").write_text(memory_config(scripted_model.base_url))
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "crow", "mcp", "memory", "--cwd", str(tmp_path)],
+        env={**os.environ},
+    )
+    async with asyncio.timeout(60), Client(params) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {"remember", "recall", "forget", "list_memories"}
+        made = await client.call_tool("remember", {"text": "staging host is staging-3"})
+        first = made.structured_content
+        assert first["id"].startswith("mem_") and first["merged_into"] is None
+        await client.call_tool(
+            "remember", {"text": "the user likes short answers", "scope": "global"}
+        )
+        again = await client.call_tool("remember", {"text": "Staging host is staging-3."})
+        assert again.structured_content["merged_into"] == first["id"]
+        found = await client.call_tool("recall", {"query": "which staging host?"})
+        hits = found.structured_content["memories"]
+        assert hits[0]["id"] == first["id"] and hits[0]["scope"] == f"project:{tmp_path}"
+        assert found.structured_content["search"] == "hybrid"
+        listed = await client.call_tool("list_memories", {"scope": "global"})
+        assert [m["text"] for m in listed.structured_content["memories"]] == [
+            "the user likes short answers"
+        ]
+        bad = await client.call_tool("remember", {"text": "x", "scope": "team"})
+        assert bad.is_error and "unknown scope" in bad.content[0].text
+        gone = await client.call_tool("forget", {"id": first["id"]})
+        assert gone.structured_content["forgotten"] == first["id"]
+        missing = await client.call_tool("forget", {"id": first["id"]})
+        assert missing.is_error and "no memory" in missing.content[0].text
+
+
+# ---- in the agent -------------------------------------------------------------------
+
+
+def test_a_memory_from_one_process_is_recalled_in_another(crow, scripted_model, tmp_path):
+    """Session 1 (process A) remembers through the model's tool call; session 2 in
+    process B recalls it before its first model call, and the client sees it."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    extra = memory_config(scripted_model.base_url)
+    scripted_model.script(
+        ToolCalls(calls=[("memory__remember", {"text": "the staging host is staging-3"})]),
+        Text(text="noted"),
+    )
+    first = crow(extra=extra)
+    sid = first.new_session(str(project))
+    seen = turn(first, sid, "remember that staging is staging-3")
+    statuses = [u.get("status") for u in seen if u["sessionUpdate"] == "tool_call_update"]
+    assert statuses == ["pending", "in_progress", "completed"]  # no permission question
+    assert seen[-1]["stopReason"] == "end_turn"
+    first.close()
+
+    scripted_model.script(Text(text="staging-3"))
+    second = crow(extra=extra)
+    (project / "sub").mkdir()
+    other = second.new_session(str(project / "sub"))  # the same project: its git root
+    seen = turn(second, other, "which staging host do we deploy to?")
+    [shown] = recalled(seen)
+    assert shown["kind"] == "search" and shown["status"] == "completed"
+    assert shown["title"] == "Recalled 1 memory"
+    assert "the staging host is staging-3" in shown["content"][0]["content"]["text"]
+    request = scripted_model.requests[-1]["messages"]
+    assert request[-2]["role"] == "user" and request[-2]["content"][0]["text"].startswith(
+        "which staging"
+    )
+    assert (
+        request[-1]["role"] == "user" and "the staging host is staging-3" in request[-1]["content"]
+    )
+    # a replay shows the recall too
+    _, replay = second.resume(other, str(project / "sub"), replayFrom={"type": "start"})
+    assert [u["title"] for u in recalled(replay)] == ["Recalled 1 memory"]
+
+
+def test_recall_stays_in_its_project_and_can_be_turned_off(crow, scripted_model, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    extra = memory_config(scripted_model.base_url)
+    scripted_model.set_default(Text(text="ok"))
+    agent = crow(extra=extra)
+    sid = agent.new_session(str(tmp_path / "a"))
+    turn(agent, sid, "/remember deploys go to staging-3 on Fridays")
+    other = agent.new_session(str(tmp_path / "b"))
+    assert recalled(turn(agent, other, "where do deploys go on Fridays?")) == []
+    agent.close()
+
+    off = crow(extra=memory_config(scripted_model.base_url, auto_recall=False))
+    sid = off.new_session(str(tmp_path / "a"))
+    assert recalled(turn(off, sid, "where do deploys go on Fridays?")) == []
+    on = crow(extra=extra)
+    sid = on.new_session(str(tmp_path / "a"))
+    assert len(recalled(turn(on, sid, "where do deploys go on Fridays?"))) == 1
+
+
+def test_the_memory_slash_commands(crow, scripted_model, tmp_path):
+    agent = crow(extra=memory_config(scripted_model.base_url))
+    sid = agent.new_session(str(tmp_path))
+    seen = turn(agent, sid, "/remember the user likes short answers")
+    [said] = notes(seen)
+    memory_id = said.split()[2].rstrip(".")
+    assert memory_id.startswith("mem_")
+    assert "the user likes short answers" in notes(turn(agent, sid, "/memories"))[0]
+    assert memory_id in notes(turn(agent, sid, "/memories short answers"))[0]
+    assert "Forgot" in notes(turn(agent, sid, f"/forget {memory_id}"))[0]
+    assert "No memory has the id" in notes(turn(agent, sid, f"/forget {memory_id}"))[0]
+    assert "not a memory id" in notes(turn(agent, sid, "/forget x"))[0]
+    assert "Usage" in notes(turn(agent, sid, "/remember"))[0]
+    assert scripted_model.requests == []  # none of it went to the model
+
+
+def test_remember_asks_when_configured_to(crow, scripted_model, tmp_path):
+    scripted_model.script(
+        ToolCalls(calls=[("memory__remember", {"text": "a fact"})]), Text(text="ok")
+    )
+    agent = crow(extra=memory_config(scripted_model.base_url, remember="ask"))
+    sid = agent.new_session(str(tmp_path))
+    agent.prompt(sid, "remember a fact")
+    while True:
+        message = agent.recv()
+        if message.get("method") == "session/request_permission":
+            break
+    agent.send(
+        {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "result": {"outcome": {"outcome": "selected", "optionId": "reject_once"}},
+        }
+    )
+    rest = updates(agent.until_update(is_idle))
+    assert rest[-1]["stopReason"] == "end_turn"
+    assert crow_memory("list", "--scope", "all").stdout == ""
+
+
+def test_agents_md_reaches_the_system_prompt_and_edits_count_next_turn(
+    crow, scripted_model, tmp_path, monkeypatch
+):
+    user_dir = Path(os.environ["CROW_AGENTS_DIR"])
+    user_dir.mkdir(parents=True)
+    (user_dir / "AGENTS.md").write_text("Answer in British English.")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "pkg").mkdir()
+    (repo / "AGENTS.md").write_text("Run tests with pytest -n 2.")
+    (repo / "pkg" / "AGENTS.md").write_text("This package is pure Python.")
+    (tmp_path / "AGENTS.md").write_text("outside the repo: never read")
+    scripted_model.set_default(Text(text="ok"))
+    agent = crow(extra=memory_config(scripted_model.base_url))
+    sid = agent.new_session(str(repo / "pkg"))
+    turn(agent, sid, "hello")
+    system = scripted_model.requests[-1]["messages"][0]["content"]
+    assert "memory__remember" in system
+    order = [system.index(t) for t in ("British", "pytest -n 2", "pure Python")]
+    assert order == sorted(order)  # the user's first, the nearest last
+    assert "never read" not in system
+    (repo / "AGENTS.md").write_text("Run tests with make check.")
+    turn(agent, sid, "again")
+    system = scripted_model.requests[-1]["messages"][0]["content"]
+    assert "make check" in system and "pytest -n 2" not in system
+
+
+# ---- the command line ---------------------------------------------------------------
+
+
+def test_crow_memory_commands_round_trip(tmp_path, crow_home, scripted_model):
+    crow_home.mkdir(parents=True, exist_ok=True)
+    (crow_home / "config.toml").write_text(memory_config(scripted_model.base_url))
+    added = crow_memory("add", "deploys", "go", "to", "staging-3", "--tag", "deploy", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    memory_id = added.stdout.strip()
+    found = crow_memory("--json", "search", "staging deploys", cwd=tmp_path)
+    [hit] = [json.loads(line) for line in found.stdout.splitlines()]
+    assert hit["id"] == memory_id and hit["tags"] == ["deploy"]
+    assert hit["scope"] == f"project:{tmp_path}"
+    assert crow_memory("search", "staging", "--scope", "global", cwd=tmp_path).stdout == ""
+    exported = tmp_path / "out.jsonl"
+    assert crow_memory("export", str(exported)).returncode == 0
+    notes_md = tmp_path / "MEMORY.md"
+    notes_md.write_text("# Testing\n- Run pytest -n 2\n- Never mock the database\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "from a file", "tags": ["x"]}\nnot json\n{"no": "text"}\n')
+    loaded = crow_memory("import", str(notes_md), str(bad), cwd=tmp_path)
+    assert loaded.returncode == 1  # two bad lines, named; the good ones kept
+    assert "bad.jsonl:2: not JSON" in loaded.stderr and "bad.jsonl:3: not a memory" in loaded.stderr
+    listed = crow_memory("--json", "list", "--tag", "testing", cwd=tmp_path)
+    assert sorted(json.loads(line)["text"] for line in listed.stdout.splitlines()) == [
+        "Never mock the database",
+        "Run pytest -n 2",
+    ]
+    stats = json.loads(crow_memory("--json", "stats").stdout)
+    assert stats["memories"] == 4 and stats["search"] == "hybrid"
+    forgot = crow_memory("forget", memory_id, "mem_0000000000000000")
+    assert forgot.returncode == 1 and "no such memory" in forgot.stderr
+    records = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [r["id"] for r in records] == [memory_id]
+
+
+@pytest.mark.skipif(
+    find_model_dir() is None and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
+    reason="the local extra (the offline embedder's files) is not installed",
+)
+def test_reindex_moves_a_store_to_the_offline_embedder(tmp_path, crow_home, scripted_model):
+    crow_home.mkdir(parents=True, exist_ok=True)
+    config = crow_home / "config.toml"
+    config.write_text(memory_config(scripted_model.base_url))
+    crow_memory("add", "The user prefers tabs for indentation.", "--scope", "global")
+    crow_memory("add", "Deployments go through the staging-3 host.", "--scope", "global")
+    config.write_text("")  # the default: the offline embedder
+    before = crow_memory("search", "how should I indent code?")
+    assert "crow memory reindex" in before.stderr
+    done = crow_memory("reindex")
+    assert done.returncode == 0 and "reindexed 2 memories" in done.stderr
+    after = crow_memory("--json", "search", "how should I indent code?")
+    assert after.stderr == ""
+    assert json.loads(after.stdout.splitlines()[0])["text"].startswith("The user prefers tabs")
+
+
+def test_crow_run_shows_what_was_recalled(tmp_path, crow_home, scripted_model):
+    from serve_support import write_config
+
+    write_config(crow_home, scripted_model.base_url, extra=memory_config(scripted_model.base_url))
+    crow_memory("add", "the staging host is staging-3", "--scope", "global")
+    scripted_model.script(Text(text="staging-3"))
+    result = subprocess.run(
+        [*CROW, "run", "which staging host?"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "staging-3\n"
+    assert "Recalled 1 memory" in result.stderr
+    assert "the staging host is staging-3" in result.stderr
