@@ -204,4 +204,5 @@ async def _until_done(session: Session, turn: Any, asker: PermissionAsker) -> No
         if asker.refused and not cancelled_for_permission:
             cancelled_for_permission = True  # nothing more can happen without the flag
             await session.cancel()
+            continue  # the turn may have ended while the cancel was sent: no update will come
         await session.client.next_update(session.id)
