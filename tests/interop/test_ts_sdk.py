@@ -168,6 +168,24 @@ def test_the_ts_sdk_validates_the_tool_call_surface(crow_home, scripted_model):
     assert sorted(finals.values()) == ["completed", "completed", "failed"]
 
 
+def test_the_ts_sdk_validates_a_turn_that_recalls_a_memory(crow_home, scripted_model):
+    """The recalled memories arrive as an ordinary (completed, kind search) tool call."""
+    from fakemodel import Text
+    from serve_support import write_config
+    from test_memory import crow_memory, memory_config
+
+    write_config(crow_home, scripted_model.base_url, extra=memory_config(scripted_model.base_url))
+    added = crow_memory("add", "the staging host is staging-3", "--scope", "global")
+    assert added.returncode == 0, added.stderr
+    scripted_model.set_default(Text(text="staging-3"))
+    report = drive(f"{sys.executable} -m crow serve", "which staging host?")
+    assert report["stopReason"] == "end_turn" and report["agentText"] == "staging-3"
+    [recall] = [u for u in report["liveUpdates"] if u["sessionUpdate"] == "tool_call_update"]
+    assert recall["title"] == "Recalled 1 memory" and recall["kind"] == "search"
+    assert "staging-3" in recall["content"][0]["content"]["text"]
+    assert recall in report["replayUpdates"]
+
+
 def test_crow_run_drives_the_ts_sdk_echo_agent():
     result = subprocess.run(
         [

@@ -17,6 +17,7 @@ done, 1 some of it failed (each failure is named on stderr), 2 bad usage.
 from __future__ import annotations
 
 import argparse
+import calendar
 import json
 import re
 import sys
@@ -211,7 +212,7 @@ def _stamp(value: Any) -> float | None:
     if not isinstance(value, str):
         return None
     try:
-        return time.mktime(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+        return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
     except ValueError:
         return None
 

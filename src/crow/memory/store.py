@@ -25,7 +25,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -109,7 +109,6 @@ class _Vectors:
 
     usable: bool
     reason: str | None = None
-    failures: dict[str, str] = field(default_factory=dict)
 
 
 class MemoryStore:
@@ -124,6 +123,7 @@ class MemoryStore:
         self._db: Any | None = None
         self._lock = threading.Lock()  # one read-modify-write at a time in this process
         self._down_until = 0.0  # an embedder that failed is not asked again at once
+        self._down_reason = ""
 
     # ---- the table ------------------------------------------------------------------
     @property
@@ -238,8 +238,6 @@ class MemoryStore:
             log.warning("memory: %s", self._down_reason)
             return None
 
-    _down_reason = ""
-
     # ---- writing --------------------------------------------------------------------
     def remember(
         self,
@@ -277,6 +275,7 @@ class MemoryStore:
             row = _row(new_id, text, scope, tags, None, vector, stamp)
             row.update(session=session, message=message, created=created or stamp)
             table.add([_fit(table, row)])
+            _compact_now_and_then(table)
             return Remembered(new_id)
 
     def _twin(self, table: Any, text: str, vector: np.ndarray | None, scope: str) -> Memory | None:
@@ -447,6 +446,20 @@ class MemoryStore:
 
 
 # ---- helpers ------------------------------------------------------------------------
+#: Every write is a new LanceDB version; every this many, small fragments are merged,
+#: new rows indexed and versions older than an hour (no reader still uses them) dropped.
+COMPACT_EVERY_VERSIONS = 200
+
+
+def _compact_now_and_then(table: Any) -> None:
+    if table.version % COMPACT_EVERY_VERSIONS:
+        return
+    try:
+        table.optimize(cleanup_older_than=timedelta(hours=1))
+    except Exception as exc:  # another process compacting at once: it will do
+        log.info("memory: compaction skipped: %s", exc)
+
+
 def _new_id() -> str:
     return f"mem_{secrets.token_hex(8)}"
 
