@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ..private import private_dir
 from .embedders import Embedder, EmbedderUnavailable
 from .scopes import MemoryError, valid_scope
 
@@ -133,7 +134,7 @@ class MemoryStore:
         if self._db is None:
             import lancedb
 
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(self.folder)  # memories may say what the user would not publish
             # Interval 0: every read sees what other processes committed.
             self._db = lancedb.connect(str(self.folder), read_consistency_interval=timedelta(0))
         return self._db

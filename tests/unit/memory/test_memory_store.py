@@ -311,3 +311,11 @@ def test_a_place_resolves_scopes(tmp_path):
     for bad in ("team", "all"):
         with pytest.raises(MemoryError):
             place.scope(bad)
+
+
+def test_the_store_folder_is_private(tmp_path):
+    folder = tmp_path / "memory"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    MemoryStore(folder, None).remember("a private fact")
+    assert folder.stat().st_mode & 0o777 == 0o700
