@@ -226,6 +226,19 @@ def test_agents_md_reaches_the_system_prompt_and_edits_count_next_turn(
     assert "make check" in system and "pytest -n 2" not in system
 
 
+def test_a_model_offered_no_tools_is_not_told_of_memory_tools(crow, scripted_model, tmp_path):
+    (tmp_path / "AGENTS.md").write_text("Be brief.")
+    scripted_model.set_default(Text(text="ok"))
+    agent = crow(
+        extra=memory_config(scripted_model.base_url), models={"main": {"capabilities": []}}
+    )
+    sid = agent.new_session(str(tmp_path))
+    turn(agent, sid, "hello")
+    system = scripted_model.requests[-1]["messages"][0]["content"]
+    assert "Be brief." in system and "memory__" not in system
+    assert "tools" not in scripted_model.requests[-1]
+
+
 # ---- the command line ---------------------------------------------------------------
 
 

@@ -52,9 +52,9 @@ def _read(path: Path) -> str:
     return text + ("\n[… cut at 32 KiB]" if len(data) > MAX_FILE_BYTES else "")
 
 
-def _compose(config: Config, cwd: str) -> str:
+def _compose(config: Config, cwd: str, tools: set[str]) -> str:
     parts = [config.system_prompt or DEFAULT_SYSTEM_PROMPT]
-    if "memory" in config.tools.builtin:
+    if "memory__remember" in tools:  # a model offered no tools is not told of them
         parts.append(MEMORY_GUIDE)
     for path in agents_files(config, cwd):
         text = _read(path)
@@ -63,5 +63,6 @@ def _compose(config: Config, cwd: str) -> str:
     return "\n\n".join(parts)
 
 
-async def system_prompt(config: Config, cwd: str) -> str:
-    return await asyncio.to_thread(_compose, config, cwd)
+async def system_prompt(config: Config, cwd: str, tools: set[str]) -> str:
+    """The system message for a model call that offers ``tools`` (qualified names)."""
+    return await asyncio.to_thread(_compose, config, cwd, tools)

@@ -257,7 +257,11 @@ class Turn:
                 await _shielded(self.store.append_message(self.session.id, message))
 
     async def messages(self) -> list[dict[str, Any]]:
-        system = await instructions.system_prompt(self.agent.config, self.session.record.cwd)
+        spec = await self.agent.router.describe(self.session.model)
+        offered = {t["function"]["name"] for t in self.tools if "tools" in spec.capabilities}
+        system = await instructions.system_prompt(
+            self.agent.config, self.session.record.cwd, offered
+        )
         out: list[dict[str, Any]] = [{"role": "system", "content": system}]
         for entry in await self.store.transcript(self.session.id):
             if entry.kind == "summary":
