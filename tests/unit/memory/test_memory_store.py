@@ -319,3 +319,29 @@ def test_the_store_folder_is_private(tmp_path):
     folder.chmod(0o755)
     MemoryStore(folder, None).remember("a private fact")
     assert folder.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_writer_killed_mid_write_leaves_a_usable_store(folder):
+    import signal
+    import time
+
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(folder), "doomed", "400"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # until it has written some, then mid-stream
+        if (folder / "memories.lance" / "_versions").is_dir() and len(
+            list((folder / "memories.lance" / "_versions").iterdir())
+        ) > 5:
+            break
+        time.sleep(0.05)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=10)
+    store = MemoryStore(folder, None)
+    kept = store.list_memories(limit=1000)
+    assert 0 < len(kept) < 400
+    assert store.recall("doomed wrote fact").hits
+    assert store.remember("written after the crash").merged_into is None
+    assert len(store.list_memories(limit=1000)) == len(kept) + 1
