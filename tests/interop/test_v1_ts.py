@@ -133,3 +133,20 @@ def test_the_ts_sdk_v1_client_rejecting_a_permission(crow_home, scripted_model):
     ]
     assert finals[-1] == "failed"
     assert "rejected" in scripted_model.requests[1]["messages"][-1]["content"]
+
+
+def test_the_ts_sdk_v1_client_sees_a_recalled_memory(crow_home, scripted_model):
+    """A v1 client gets the recall as a v1 tool_call (kind search) with its content."""
+    from test_memory import crow_memory, memory_config
+
+    write_config(crow_home, scripted_model.base_url, extra=memory_config(scripted_model.base_url))
+    added = crow_memory("add", "the staging host is staging-3", "--scope", "global")
+    assert added.returncode == 0, added.stderr
+    scripted_model.set_default(Text(text="staging-3"))
+    report = drive_v1(f"{sys.executable} -m crow serve", "which staging host?")
+    assert report["stopReason"] == "end_turn" and report["agentText"] == "staging-3"
+    [call] = [u for u in report["liveUpdates"] if u["sessionUpdate"] == "tool_call"]
+    assert call["title"] == "Recalled 1 memory" and call["kind"] == "search"
+    assert call["status"] == "completed"
+    assert "staging-3" in call["content"][0]["content"]["text"]
+    assert "tool_call" in [u["sessionUpdate"] for u in report["loadUpdates"]]
