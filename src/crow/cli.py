@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from .client import args as client_args
 from .config import ConfigError, Paths, load_config
 from .memory import commands as memory_commands  # light: the store loads when run
+from .orchestra import command as judge_command  # light: the judge loads when run
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -140,7 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     memory_commands.add_arguments(memory)
 
+    judge = commands.add_parser(
+        "judge",
+        help="watch a session and post a verdict on each turn",
+        description=judge_command.__doc__,
+        formatter_class=raw,
+    )
+    judge_command.add_arguments(judge)
+
     args = parser.parse_args(argv)
+    if args.subcommand == "judge":
+        return judge_command.main(args)
     if args.subcommand == "memory":
         return memory_commands.main(args)
     if args.subcommand in ("run", "chat", "sessions"):

@@ -3,7 +3,7 @@
 Both are extensions the protocol allows: other clients ignore them.
 """
 
-__all__ = ["RECALLED", "TURN_ENDED", "WAIT_OVER"]
+__all__ = ["FROM", "POST_VERDICT", "RECALLED", "TURN_ENDED", "VERDICT", "WAIT_OVER"]
 
 #: A custom session update, logged before ``idle`` when a turn ends other than
 #: ``end_turn`` (``stopReason``, ``error``): a replay has no state changes, and
@@ -17,3 +17,13 @@ WAIT_OVER = "crow/waitOver"
 #: ``_meta`` key (true) of the ``tool_call_update`` that shows the memories Crow
 #: recalled into a turn by itself (not a tool call the model made).
 RECALLED = "crow/recalled"
+
+#: A client's request (params ``sessionId``, ``text``, ``verdict``) that puts a
+#: judge's verdict into a live session: an ``agent_message`` with ``text`` and
+#: ``_meta[VERDICT]``, sent to every watcher and replayed (crow.orchestra.judge).
+POST_VERDICT = "_crow/verdict"
+VERDICT = "crow/verdict"
+
+#: ``_meta`` key of a prompt (and so of its ``user_message``) that a program, not a
+#: person, sent: "judge" for the judge's follow-up prompts.
+FROM = "crow/from"

@@ -40,6 +40,7 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
+from crow.extensions import FROM, POST_VERDICT, VERDICT
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
@@ -55,6 +56,9 @@ from .turn import Turn
 from .watchers import V2Watcher, Watcher
 
 __all__ = ["CrowAgent"]
+
+VERDICTS = ("pass", "fail", "unknown")
+MAX_VERDICT_CHARS = 2000
 
 log = logging.getLogger("crow.agent")
 
@@ -117,6 +121,7 @@ class CrowAgent:
             "session/prompt": self.prompt,
             "session/cancel": self.cancel,
             "session/set_config_option": self.set_config_option,
+            POST_VERDICT: self.post_verdict,
         }
         for method, handler in handlers.items():
             side.handle(method, _bind(handler, watcher))
@@ -267,14 +272,20 @@ class CrowAgent:
 
     # ---- prompts ------------------------------------------------------------------
     async def prompt(self, watcher: Watcher, params: schema.PromptRequest) -> schema.PromptResponse:
-        turn = await self.start_turn(self.live_session(params.session_id), params.prompt)
+        meta = params.meta if isinstance(params.meta, dict) else {}
+        origin = meta.get(FROM) if isinstance(meta.get(FROM), str) else None
+        session = self.live_session(params.session_id)
+        turn = await self.start_turn(session, params.prompt, origin=origin)
         return schema.PromptResponse(message_id=turn.message_id)
 
-    async def start_turn(self, session: LiveSession, blocks: list[Any]) -> Turn:
+    async def start_turn(
+        self, session: LiveSession, blocks: list[Any], *, origin: str | None = None
+    ) -> Turn:
         """Start a prompt turn (v2 ContentBlock models); it runs until idle.
 
         Raises InvalidParams if the session is busy (here or in another
-        process) or a block is refused.  Once this returns, the prompt is
+        process) or a block is refused.  ``origin`` (a prompt's ``_meta["crow/from"]``,
+        e.g. "judge") is shown on its ``user_message``.  Once this returns, the prompt is
         acknowledged and its turn ends in ``idle`` whatever happens; the turn's
         first update goes out after this returns.
         """
@@ -291,6 +302,7 @@ class CrowAgent:
             turn = session.turn = Turn(
                 self, session, message_id=new_id("msg"), blocks=blocks, content=content
             )
+            turn.origin = origin
             turn.start().add_done_callback(lambda _: self._unload_if_unwatched(session))
             if session.cancel_on_start is not None:
                 turn.cancel(session.cancel_on_start)
@@ -299,6 +311,26 @@ class CrowAgent:
             starting.set_result(None)
         self._keep_leases()
         return turn
+
+    async def post_verdict(self, watcher: Watcher, params: Any) -> dict[str, Any]:
+        """``_crow/verdict``: a judge's verdict on the session's last turn, for everyone."""
+        raw = params.model_extra or {}
+        session = self.live_session(str(raw.get("sessionId")))
+        text, verdict = raw.get("text"), raw.get("verdict")
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_VERDICT_CHARS:
+            raise InvalidParams(f"text must be a line of 1 to {MAX_VERDICT_CHARS} characters")
+        if not isinstance(verdict, dict) or verdict.get("verdict") not in VERDICTS:
+            raise InvalidParams(f"verdict.verdict must be one of {', '.join(VERDICTS)}")
+        message_id = new_id("msg")
+        await session.emit(
+            {
+                "sessionUpdate": "agent_message",
+                "messageId": message_id,
+                "content": [{"type": "text", "text": text}],
+                "_meta": {VERDICT: verdict},
+            }
+        )
+        return {"messageId": message_id}
 
     async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)

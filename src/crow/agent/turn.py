@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from crow.extensions import TURN_ENDED
+from crow.extensions import FROM, TURN_ENDED
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
     FallingBack,
@@ -102,6 +102,7 @@ class Turn:
         self.reply: Reply | None = None  # the model call under way, for cancellation
         self.tools: list[dict[str, Any]] = []  # what the model may call, OpenAI-shaped
         self.command = commands.parse(blocks)  # a slash command is not model input
+        self.origin: str | None = None  # who sent the prompt, if not a person ("judge")
         self.stop_reason: str | None = None  # set when the turn has ended
         self.error: str | None = None  # the error message of a turn that ended in "error"
         self.task: asyncio.Task[None] | None = None
@@ -174,11 +175,13 @@ class Turn:
 
     async def begin(self) -> None:
         session = self.session
-        user = {
+        user: dict[str, Any] = {
             "sessionUpdate": "user_message",
             "messageId": self.message_id,
             "content": [b.to_wire() for b in self.blocks],
         }
+        if self.origin is not None:
+            user["_meta"] = {FROM: self.origin}
         await session.emit(user)
         if self.command is None:
             message = {"role": "user", "content": self.content}

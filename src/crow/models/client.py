@@ -124,8 +124,10 @@ class ModelClient:
         messages: list[dict[str, Any]],
         *,
         tools: list[dict[str, Any]] | None = None,
+        tool_choice: dict[str, Any] | None = None,
     ) -> AsyncIterator[Event]:
-        """Yield the deltas of one completion, then ``Finished``.
+        """Yield the deltas of one completion, then ``Finished``.  ``tool_choice``
+        goes to OpenAI-compatible servers (an embedded model chooses its own).
 
         Raises ModelError; ModelStreamBroken if it fails after yielding output.
         """
@@ -153,6 +155,8 @@ class ModelClient:
         }
         if tools:
             request["tools"] = tools
+            if tool_choice is not None:
+                request["tool_choice"] = tool_choice
         produced = False
         finish_reason = None
         usage = None

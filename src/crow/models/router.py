@@ -78,15 +78,18 @@ class ModelRouter:
         messages: list[dict[str, Any]],
         *,
         tools: Sequence[dict[str, Any]] | None = None,
+        tool_choice: dict[str, Any] | None = None,
     ) -> AsyncIterator[Event]:
+        """``tool_choice`` (OpenAI's) forces a tool on a model that takes tools."""
         chain = self.chain_from(first)
         failures: list[str] = []
         for position, spec in enumerate(chain):
             spec = await self.describe(spec.name)
             fitted, stripped = fit_messages(messages, spec)
             use_tools = list(tools) if tools and "tools" in spec.capabilities else None
+            choice = tool_choice if use_tools else None
             try:
-                async for event in self._with_retries(spec, fitted, use_tools, stripped):
+                async for event in self._with_retries(spec, fitted, use_tools, stripped, choice):
                     yield event
                 return
             except (ContextLengthExceeded, ModelStreamBroken):
@@ -130,13 +133,15 @@ class ModelRouter:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
         stripped: tuple[str, ...],
+        tool_choice: dict[str, Any] | None = None,
     ) -> AsyncIterator[Event]:
         policy = self.config.retry
         delay = policy.backoff_s
         for attempt in range(1, policy.attempts + 1):
             try:
                 first = True
-                async for event in self.client.stream(spec, messages, tools=tools):
+                stream = self.client.stream(spec, messages, tools=tools, tool_choice=tool_choice)
+                async for event in stream:
                     if first and stripped:
                         yield Stripped(model=spec.name, modalities=stripped)
                     first = False

@@ -1,0 +1,116 @@
+"""``crow judge``: watch a worker session and post a verdict after each turn.
+
+    crow judge --session ID --url URL        a session of a running crow serve --http
+    crow judge --session ID --command CMD    ... of an agent this command starts
+    options: --model NAME (the judge's; default: the chain's first), --rubric TEXT,
+             --check CMD (its exit code is evidence: a failing check fails the turn),
+             --max-rounds N (on fail, prompt the worker with the reasons; judge again),
+             --once (judge the next prompt, then exit: 0 pass, 1 fail, 3 unknown)
+
+Each verdict is printed on stdout and posted into the worker session, where every
+attached client sees it (an agent message with _meta["crow/verdict"]).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crow.config import Config
+
+__all__ = ["add_arguments", "main"]
+
+EXIT_VERDICT = {"pass": 0, "fail": 1, "unknown": 3}
+EXIT_USAGE, EXIT_CONNECTION = 2, 7
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--session", required=True, help="the worker session's id")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--url", help="a crow serve --http URL (its token from ?token= or $CROW_HOME/run)"
+    )
+    where.add_argument("--command", help="an ACP v2 agent to start and attach to")
+    parser.add_argument("--token", help="the server's bearer token")
+    parser.add_argument("--model", help="the judge's model (default: the first of the chain)")
+    parser.add_argument("--rubric", help="what to judge by (default: did it do what was asked)")
+    parser.add_argument(
+        "--check", help="a command whose exit code is evidence, run in the session's cwd"
+    )
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        default=1,
+        help="verdicts per prompt: on fail the worker is asked to fix it (default: 1)",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="judge the next prompt's turns, then exit"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    from crow.config import ConfigError, load_config
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.max_rounds < 1:
+        print("crow judge: --max-rounds must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    model = args.model or config.chain[0]
+    if model not in config.models:
+        print(
+            f"crow judge: no model {model} (these are: {', '.join(config.models)})", file=sys.stderr
+        )
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_judge(args, config, model))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
+    from crow.client.connect import AgentUnavailable, connect
+    from crow.imports import import_off_loop
+    from crow.models.router import ModelRouter
+
+    from .judge import DEFAULT_RUBRIC, verify
+
+    router = ModelRouter(config)
+    try:
+        async with connect(args.command, url=args.url, token=args.token) as client:
+
+            def attached() -> None:
+                print(f"crow judge: watching session {args.session}", file=sys.stderr, flush=True)
+                # The model SDK's import (~0.5 s) now, not when the first turn ends.
+                warming.append(asyncio.create_task(import_off_loop("openai")))
+
+            warming: list[asyncio.Task[Any]] = []
+            judged = verify(
+                client,
+                router,
+                model,
+                args.session,
+                rubric=args.rubric or DEFAULT_RUBRIC,
+                check=args.check,
+                max_rounds=args.max_rounds,
+                attached=attached,
+            )
+            async for done in judged:
+                print(done.verdict.line(), flush=True)
+                if args.once and not done.followed_up:
+                    return EXIT_VERDICT[done.verdict.verdict]
+    except AgentUnavailable as exc:
+        print(f"crow judge: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except LookupError as exc:
+        print(f"crow judge: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        await router.aclose()
+    return 0

@@ -1,0 +1,418 @@
+"""The judge: an ordinary ACP client of a worker's session that wakes when a turn
+the worker did goes idle, asks its own model whether the turn did what was asked,
+and puts the verdict into the session for every client to see.
+
+    watch(client, session_id)    attach, and yield each finished turn (TurnView)
+    ask(router, model, turn)     the judge model's Verdict (a forced tool call;
+                                 JSON in the text as a fallback; else "unknown")
+    post(client, session_id, v)  the verdict as an agent_message with
+                                 _meta["crow/verdict"] (Crow's _crow/verdict)
+    run_check(command, cwd)      evidence: a command run by Crow's terminal MCP
+                                 server (time-limited); a failing check fails the turn
+    verify(...)                  the loop: judge, and on "fail" prompt the worker with
+                                 the reasons (``_meta["crow/from"] = "judge"``), up to
+                                 max_rounds; a person's prompt or a cancel ends it
+
+Only turns seen live count: the judge attaches without replay, and an ``idle``
+that comes before a turn's ``user_message`` and ``running`` is the state the
+worker was already in (the quickstart's completion rule), not a turn to judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from crow.acp import ClientSide
+from crow.extensions import FROM, POST_VERDICT, VERDICT
+from crow.models.events import TextDelta, ToolCallDelta
+from crow.models.router import ModelRouter
+
+__all__ = [
+    "DEFAULT_RUBRIC",
+    "Check",
+    "TurnView",
+    "Verdict",
+    "ask",
+    "parse_verdict",
+    "post",
+    "run_check",
+    "verify",
+    "watch",
+]
+
+DEFAULT_RUBRIC = (
+    "Did the agent do what the user asked? Are its claims backed by the output of the "
+    "tools it ran? If checks were run, did they pass?"
+)
+INSTRUCTIONS = (
+    "You judge the work of a coding agent. You are shown the user's request, the tool "
+    "calls the agent made with their input and output, and the agent's reply. Judge by "
+    "this rubric: {rubric}\nAnswer by calling the verdict tool once: pass (true or "
+    "false), reasons (short sentences naming what you checked), confidence (0 to 1)."
+)
+VERDICT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "verdict",
+        "description": "Your verdict on the agent's turn.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "pass": {"type": "boolean", "description": "The turn did what was asked."},
+                "reasons": {"type": "array", "items": {"type": "string"}},
+                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+            "required": ["pass", "reasons"],
+        },
+    },
+}
+FORCE_VERDICT = {"type": "function", "function": {"name": "verdict"}}
+#: What of one tool call's output the judge model is shown.
+OUTPUT_CHARS = 2000
+
+
+@dataclass
+class ToolCallView:
+    title: str
+    kind: str
+    status: str
+    input: Any = None
+    output: str = ""
+
+
+@dataclass
+class TurnView:
+    """What one turn of the worker did, as its updates told it."""
+
+    message_id: str
+    request: str = ""
+    reply: str = ""
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+    stop_reason: str | None = None
+    origin: str | None = None  # "judge" for the judge's own follow-up prompts
+    check: Check | None = None
+
+    def render(self) -> str:
+        lines = [f"The user asked:\n{self.request}", ""]
+        for n, call in enumerate(self.tool_calls, 1):
+            lines.append(f"Tool call {n}: {call.title} ({call.kind}, {call.status})")
+            if call.input is not None:
+                lines.append(f"  input: {json.dumps(call.input, ensure_ascii=False)[:500]}")
+            if call.output:
+                lines.append(f"  output: {call.output[:OUTPUT_CHARS]}")
+        lines += ["", f"The agent replied:\n{self.reply or '(nothing)'}"]
+        lines.append(f"The turn ended: {self.stop_reason}")
+        if self.check is not None:
+            lines += ["", self.check.describe()]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check command's outcome: the evidence a verdict rests on."""
+
+    command: str
+    exit_code: int | None  # None: killed (timeout) or could not start
+    output: str  # its tail
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    def describe(self) -> str:
+        status = "could not finish" if self.exit_code is None else f"exited {self.exit_code}"
+        return f"The check `{self.command}` {status}. Its output ends:\n{self.output}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str  # "pass", "fail" or "unknown"
+    reasons: tuple[str, ...] = ()
+    confidence: float | None = None
+    raw: str = ""  # the judge's own words, when they could not be read as a verdict
+    check_exit_code: int | None = None
+
+    def with_check(self, check: Check | None) -> Verdict:
+        """Evidence beats opinion: a check that failed fails the turn."""
+        if check is None:
+            return self
+        if check.passed:
+            return replace(self, check_exit_code=0)
+        status = "did not finish" if check.exit_code is None else f"exited {check.exit_code}"
+        reasons = (f"the check `{check.command}` {status}", *self.reasons)
+        return replace(self, verdict="fail", reasons=reasons, check_exit_code=check.exit_code)
+
+    def line(self) -> str:
+        """The short human line every client shows."""
+        why = "; ".join(self.reasons) or self.raw[:200] or "no reason given"
+        mark = {"pass": "✓ verified", "fail": "✗ judge", "unknown": "? judge"}[self.verdict]
+        return f"{mark}: {why}"
+
+
+# ---- watching ------------------------------------------------------------------------
+
+
+class _Turns:
+    """Folds a session's live updates into turns; finished ones go to a queue."""
+
+    def __init__(self, client: ClientSide, session_id: str) -> None:
+        self.client, self.session_id = client, session_id
+        self.current: TurnView | None = None
+        self.messages: list[str] = []  # the agent's message ids in the current turn
+        self.calls: list[str] = []
+        self.active = False  # running or requires_action seen since its user_message
+        self.done: asyncio.Queue[TurnView] = asyncio.Queue()
+
+    def __call__(self, session_id: str, update: Any) -> None:
+        if session_id != self.session_id:
+            return
+        kind = getattr(update, "session_update", None)
+        if kind == "user_message":
+            meta = update.meta if isinstance(update.meta, dict) else {}
+            origin = meta.get(FROM)
+            self.current = TurnView(
+                message_id=update.message_id, origin=origin if isinstance(origin, str) else None
+            )
+            self.messages, self.calls, self.active = [], [], False
+        elif self.current is None:
+            return  # before the first turn seen live: the worker's earlier state
+        elif kind in ("agent_message", "agent_message_chunk"):
+            meta = update.meta if isinstance(update.meta, dict) else {}
+            if VERDICT not in meta and "crow/notice" not in meta:
+                self.messages.append(update.message_id)
+        elif kind == "tool_call_update":
+            self.calls.append(update.tool_call_id)
+        elif kind == "state_update" and update.state in ("running", "requires_action"):
+            self.active = True
+        elif kind == "state_update" and update.state == "idle" and self.active:
+            self.done.put_nowait(self._finish(getattr(update, "stop_reason", None)))
+
+    def _finish(self, stop_reason: Any) -> TurnView:
+        turn, self.current = self.current, None
+        assert turn is not None
+        projection = self.client.projection(self.session_id)
+        user = projection.messages.get(turn.message_id)
+        turn.request = user.text if user else ""
+        texts = [projection.messages[i].text for i in dict.fromkeys(self.messages)]
+        turn.reply = "\n".join(t for t in texts if t)
+        for call_id in dict.fromkeys(self.calls):
+            call = projection.tool_calls[call_id]
+            output = " ".join(
+                getattr(getattr(c, "content", None), "text", "") for c in call.content
+            )
+            turn.tool_calls.append(
+                ToolCallView(
+                    title=call.title or call_id,
+                    kind=call.kind,
+                    status=call.status,
+                    input=call.fields.get("raw_input"),
+                    output=output.strip() or _raw_text(call.fields.get("raw_output")),
+                )
+            )
+        turn.stop_reason = None if stop_reason is None else str(stop_reason)
+        return turn
+
+
+async def watch(
+    client: ClientSide,
+    session_id: str,
+    cwd: str | None = None,
+    *,
+    attached: Callable[[], None] | None = None,
+) -> AsyncIterator[TurnView]:
+    """Attach to ``session_id`` (no replay) and yield each turn that ends after that;
+    ``attached()`` is called once the judge watches."""
+    turns = _Turns(client, session_id)
+    client.on_update(turns)
+    if cwd is None:
+        cwd = await _cwd_of(client, session_id)
+    await client.resume_session(session_id, cwd, replay=False)
+    if attached is not None:
+        attached()
+    while True:
+        yield await turns.done.get()
+
+
+async def _cwd_of(client: ClientSide, session_id: str) -> str:
+    cursor = None
+    while True:
+        page = await client.list_sessions(cursor=cursor)
+        for info in page.sessions:
+            if info.session_id == session_id:
+                return str(info.cwd)
+        cursor = getattr(page, "next_cursor", None)
+        if not isinstance(cursor, str):
+            raise LookupError(f"no session {session_id} on this agent")
+
+
+# ---- judging -------------------------------------------------------------------------
+
+
+async def ask(
+    router: ModelRouter, model: str, turn: TurnView, rubric: str = DEFAULT_RUBRIC
+) -> Verdict:
+    """The judge model's verdict on ``turn``."""
+    messages = [
+        {"role": "system", "content": INSTRUCTIONS.format(rubric=rubric)},
+        {"role": "user", "content": turn.render()},
+    ]
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    stream = router.stream(model, messages, tools=[VERDICT_TOOL], tool_choice=FORCE_VERDICT)
+    async for event in stream:
+        if isinstance(event, TextDelta):
+            text.append(event.text)
+        elif isinstance(event, ToolCallDelta):
+            call = calls.setdefault(event.index, {"name": "", "arguments": ""})
+            call["name"] += event.name or ""
+            call["arguments"] += event.arguments
+    return parse_verdict([calls[i] for i in sorted(calls)], "".join(text))
+
+
+def parse_verdict(calls: list[dict[str, str]], text: str) -> Verdict:
+    """A verdict tool call, else a JSON object in the text, else "unknown" (never a
+    silent pass)."""
+    for call in calls:
+        if call.get("name") == "verdict":
+            found = _from_json(call.get("arguments", ""))
+            if found is not None:
+                return found
+    for candidate in re.findall(r"\{.*\}", text, flags=re.DOTALL):
+        found = _from_json(candidate)
+        if found is not None:
+            return found
+    raw = text.strip() or json.dumps(calls)
+    return Verdict("unknown", raw=raw)
+
+
+def _from_json(source: str) -> Verdict | None:
+    try:
+        data = json.loads(source)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("pass"), bool):
+        return None
+    reasons = data.get("reasons")
+    if isinstance(reasons, str):
+        reasons = [reasons]
+    reasons = tuple(str(r) for r in reasons) if isinstance(reasons, list) else ()
+    confidence = data.get("confidence")
+    confidence = float(confidence) if isinstance(confidence, int | float) else None
+    return Verdict("pass" if data["pass"] else "fail", reasons, confidence)
+
+
+# ---- reporting -----------------------------------------------------------------------
+
+
+async def post(
+    client: ClientSide, session_id: str, verdict: Verdict, turn: TurnView, judge_model: str
+) -> str:
+    """Put ``verdict`` into the session; returns the message id it got."""
+    meta: dict[str, Any] = {
+        "verdict": verdict.verdict,
+        "reasons": list(verdict.reasons),
+        "judgeModel": judge_model,
+        "turnMessageId": turn.message_id,
+    }
+    if verdict.confidence is not None:
+        meta["confidence"] = verdict.confidence
+    if verdict.raw:
+        meta["raw"] = verdict.raw[:2000]
+    if verdict.check_exit_code is not None or turn.check is not None:
+        meta["checkExitCode"] = verdict.check_exit_code
+    params = {"sessionId": session_id, "text": verdict.line()[:2000], "verdict": meta}
+    answer = await client.peer.request(POST_VERDICT, params)
+    return str(answer.get("messageId")) if isinstance(answer, dict) else ""
+
+
+# ---- evidence and the loop -----------------------------------------------------------
+
+CHECK_TAIL_CHARS = 2000
+
+
+async def run_check(command: str, cwd: str, timeout_s: float = 300.0) -> Check:
+    """Run ``command`` in ``cwd`` through Crow's terminal MCP server (in process)."""
+    from pathlib import Path
+
+    from mcp import Client
+
+    from crow.servers.terminal import build_server
+
+    server = build_server(Path(cwd), default_timeout_s=timeout_s)
+    async with Client(server) as terminal:
+        result = await terminal.call_tool("run", {"command": command, "timeout_s": timeout_s})
+    text = "".join(getattr(block, "text", "") for block in result.content)
+    meta = result.meta or {}
+    code = meta.get("crow/exitCode")
+    return Check(command, code if isinstance(code, int) else None, text[-CHECK_TAIL_CHARS:])
+
+
+@dataclass(frozen=True)
+class Judged:
+    turn: TurnView
+    verdict: Verdict
+    followed_up: bool  # the worker was prompted to fix what the judge found
+
+
+async def verify(
+    client: ClientSide,
+    router: ModelRouter,
+    model: str,
+    session_id: str,
+    *,
+    rubric: str = DEFAULT_RUBRIC,
+    check: str | None = None,
+    max_rounds: int = 1,
+    attached: Callable[[], None] | None = None,
+) -> AsyncIterator[Judged]:
+    """Judge every turn of the session; on "fail", prompt the worker with the reasons
+    and judge its next turn, up to ``max_rounds`` verdicts per person's prompt."""
+    cwd = await _cwd_of(client, session_id)
+    rounds = 0
+    turns = watch(client, session_id, cwd, attached=attached)
+    async for turn in turns:
+        rounds = rounds + 1 if turn.origin == "judge" else 1
+        if turn.stop_reason == "cancelled":
+            continue  # somebody stopped it: nothing to judge, and the loop ends
+        if check:
+            turn.check = await run_check(check, cwd)
+        verdict = (await ask(router, model, turn, rubric)).with_check(turn.check)
+        await post(client, session_id, verdict, turn, model)
+        again = verdict.verdict == "fail" and rounds < max_rounds
+        followed = again and await _follow_up(client, session_id, verdict)
+        yield Judged(turn, verdict, followed)
+
+
+async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> bool:
+    """Ask the worker to fix what the judge found; False when the session is busy (a
+    person took over) or gone."""
+    from crow.acp import AcpError, schema
+
+    reasons = "\n".join(f"- {reason}" for reason in verdict.reasons) or "- (none given)"
+    text = (
+        "A reviewer checked your last turn and found problems:\n"
+        f"{reasons}\nFix them, then say briefly what you changed."
+    )
+    request = schema.PromptRequest(
+        session_id=session_id,
+        prompt=[schema.TextContent(text=text)],
+        meta={FROM: "judge"},
+    )
+    try:
+        await client.call("session/prompt", request)
+    except AcpError:
+        return False
+    return True
+
+
+def _raw_text(value: Any) -> str:
+    if isinstance(value, dict):
+        for key in ("text", "output", "content"):
+            if isinstance(value.get(key), str):
+                return str(value[key])
+    return "" if value is None else json.dumps(value, ensure_ascii=False)[:OUTPUT_CHARS]
