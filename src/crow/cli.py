@@ -106,48 +106,52 @@ def main(argv: list[str] | None = None) -> int:
         "--base-url", help="the endpoint to write (default: $OPENAI_BASE_URL, else ollama's)"
     )
 
-    raw = argparse.RawDescriptionHelpFormatter
-    run = commands.add_parser(
-        "run",
-        help="send one prompt; the reply on stdout, the outcome in the exit code",
-        description=client_args.RUN_HELP,
-        formatter_class=raw,
-    )
-    client_args.add_run_arguments(run)
-    chat = commands.add_parser(
-        "chat",
-        help="talk with the agent at a prompt, the replies streaming as they come",
-        description=client_args.CHAT_HELP,
-        formatter_class=raw,
-    )
-    client_args.add_chat_arguments(chat)
-    sessions = commands.add_parser(
-        "sessions",
-        help="list, show or delete sessions",
-        description=client_args.SESSIONS_HELP,
-        formatter_class=raw,
-    )
-    client_args.add_sessions_arguments(sessions)
+    # Commands with a help text of their own (kept raw: it has tables), and their options.
+    documented = [
+        (
+            "run",
+            "send one prompt; the reply on stdout, the outcome in the exit code",
+            client_args.RUN_HELP,
+            client_args.add_run_arguments,
+        ),
+        (
+            "chat",
+            "talk with the agent at a prompt, the replies streaming as they come",
+            client_args.CHAT_HELP,
+            client_args.add_chat_arguments,
+        ),
+        (
+            "sessions",
+            "list, show or delete sessions",
+            client_args.SESSIONS_HELP,
+            client_args.add_sessions_arguments,
+        ),
+        (
+            "memory",
+            "add, search, list, forget, export, import or reindex memories",
+            memory_commands.__doc__,
+            memory_commands.add_arguments,
+        ),
+        (
+            "judge",
+            "watch a session and post a verdict on each turn",
+            judge_command.__doc__,
+            judge_command.add_arguments,
+        ),
+    ]
+    for name, summary, description, add_arguments in documented:
+        add_arguments(
+            commands.add_parser(
+                name,
+                help=summary,
+                description=description,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+            )
+        )
 
     mcp = commands.add_parser("mcp", help="run a built-in MCP server on stdio (for any MCP host)")
     mcp.add_argument("server", choices=["fs", "terminal", "web", "memory"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
-
-    memory = commands.add_parser(
-        "memory",
-        help="add, search, list, forget, export, import or reindex memories",
-        description=memory_commands.__doc__,
-        formatter_class=raw,
-    )
-    memory_commands.add_arguments(memory)
-
-    judge = commands.add_parser(
-        "judge",
-        help="watch a session and post a verdict on each turn",
-        description=judge_command.__doc__,
-        formatter_class=raw,
-    )
-    judge_command.add_arguments(judge)
 
     args = parser.parse_args(argv)
     if args.subcommand == "judge":

@@ -1,4 +1,4 @@
-"""``crow memory``: the memory store from the command line.
+"""crow memory: the memory store from the command line.
 
     crow memory add TEXT [--scope S] [--tag T]...     keep a memory (default scope: project)
     crow memory search QUERY [--limit N] [--scope S]  best matches first

@@ -1,4 +1,4 @@
-"""``crow judge``: watch a worker session and post a verdict after each turn.
+"""crow judge: watch a worker session and post a verdict after each turn.
 
     crow judge --session ID --url URL        a session of a running crow serve --http
     crow judge --session ID --command CMD    ... of an agent this command starts
