@@ -310,11 +310,7 @@ def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:
                 source, f"memory.{key}", " or ".join(PERMISSION_DECISIONS), decisions[key]
             )
     share = table.get("recall_threshold", d.recall_threshold)
-    if not isinstance(share, int | float) or isinstance(share, bool) or not 0 <= share <= 1:
-        raise ConfigError(source, "memory.recall_threshold", "a number from 0 to 1", share)
     merge = table.get("merge_threshold", d.merge_threshold)
-    if not isinstance(merge, int | float) or isinstance(merge, bool) or not 0 < merge <= 1:
-        raise ConfigError(source, "memory.merge_threshold", "a number above 0, at most 1", merge)
     return MemorySettings(
         embedder=embedder,
         url=url,
@@ -324,13 +320,13 @@ def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:
         recall_limit=_positive_int(
             source, "memory.recall_limit", table.get("recall_limit", d.recall_limit)
         ),
-        recall_threshold=float(share),
+        recall_threshold=_fraction(source, "memory.recall_threshold", share, zero=True),
         recall_budget_tokens=_positive_int(
             source,
             "memory.recall_budget_tokens",
             table.get("recall_budget_tokens", d.recall_budget_tokens),
         ),
-        merge_threshold=float(merge),
+        merge_threshold=_fraction(source, "memory.merge_threshold", merge, zero=False),
         remember=decisions["remember"],
         forget=decisions["forget"],
     )
@@ -483,6 +479,15 @@ def _positive_int(source: str, key: str, value: Any) -> int:
     if type(value) is not int or value <= 0:
         raise ConfigError(source, key, "a positive integer", value)
     return value
+
+
+def _fraction(source: str, key: str, value: Any, *, zero: bool) -> float:
+    """A similarity threshold: a number up to 1, from 0 (``zero``) or above it."""
+    low_ok = type(value) in (int, float) and (value >= 0 if zero else value > 0)
+    if not low_ok or value > 1:
+        expected = "a number from 0 to 1" if zero else "a number above 0, at most 1"
+        raise ConfigError(source, key, expected, value)
+    return float(value)
 
 
 def _positive_float(source: str, key: str, value: Any) -> float:

@@ -3,7 +3,16 @@
 Both are extensions the protocol allows: other clients ignore them.
 """
 
-__all__ = ["FROM", "POST_VERDICT", "RECALLED", "TURN_ENDED", "VERDICT", "WAIT_OVER"]
+__all__ = [
+    "FROM",
+    "MAX_VERDICT_CHARS",
+    "POST_VERDICT",
+    "RECALLED",
+    "TURN_ENDED",
+    "VERDICT",
+    "VERDICTS",
+    "WAIT_OVER",
+]
 
 #: A custom session update, logged before ``idle`` when a turn ends other than
 #: ``end_turn`` (``stopReason``, ``error``): a replay has no state changes, and
@@ -23,6 +32,8 @@ RECALLED = "crow/recalled"
 #: ``_meta[VERDICT]``, sent to every watcher and replayed (crow.orchestra.judge).
 POST_VERDICT = "_crow/verdict"
 VERDICT = "crow/verdict"
+VERDICTS = ("pass", "fail", "unknown")  # the values of _meta[VERDICT]["verdict"]
+MAX_VERDICT_CHARS = 2000  # the longest ``text`` of a verdict
 
 #: ``_meta`` key of a prompt (and so of its ``user_message``) that a program, not a
 #: person, sent: "judge" for the judge's follow-up prompts.

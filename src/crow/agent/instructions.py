@@ -1,7 +1,7 @@
 """The system prompt: who Crow is, what its memory is for, and the project's AGENTS.md.
 
-``AGENTS.md`` files are read at every model call, so an edit counts from the
-next one: ``~/.agents/AGENTS.md`` (the user's, everywhere; ``CROW_AGENTS_DIR``
+``AGENTS.md`` files are read as each turn starts (``Turn.system_prompt``), so an
+edit counts from the next turn: ``~/.agents/AGENTS.md`` (the user's, everywhere; ``CROW_AGENTS_DIR``
 moves it), then each directory's from the git root down to the session's cwd,
 the nearest last (it has the final word).  Each file gives at most 32 KiB.
 """

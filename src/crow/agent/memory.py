@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crow.extensions import RECALLED
+from crow.memory import has_memories
 from crow.memory.scopes import MemoryError, MemoryPlace
 
 if TYPE_CHECKING:
@@ -48,7 +49,11 @@ def _place(turn: Turn) -> MemoryPlace:
 
 def enabled(turn: Turn) -> bool:
     config = turn.agent.config
-    return config.memory.auto_recall and "memory" in config.tools.builtin
+    return (
+        config.memory.auto_recall
+        and "memory" in config.tools.builtin
+        and has_memories(config.paths.memory)  # no thread, no LanceDB, while there are none
+    )
 
 
 async def recall_into(turn: Turn) -> None:

@@ -40,7 +40,7 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
-from crow.extensions import FROM, POST_VERDICT, VERDICT
+from crow.extensions import FROM, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT, VERDICTS
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
@@ -56,9 +56,6 @@ from .turn import Turn
 from .watchers import V2Watcher, Watcher
 
 __all__ = ["CrowAgent"]
-
-VERDICTS = ("pass", "fail", "unknown")
-MAX_VERDICT_CHARS = 2000
 
 log = logging.getLogger("crow.agent")
 

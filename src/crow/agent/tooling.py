@@ -26,6 +26,7 @@ from typing import Any
 
 from crow.acp import AuthRequired, InvalidParams, schema
 from crow.config import Config, McpServerSpec
+from crow.memory import has_memories
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
@@ -156,6 +157,8 @@ async def _warm_memory(config: Config) -> None:
     """Open the memory store while the servers start: the first prompt recalls."""
     if "memory" not in config.tools.builtin or not config.memory.auto_recall:
         return
+    if not has_memories(config.paths.memory):
+        return  # nothing to recall: no LanceDB, no numpy
 
     def warm() -> None:
         from crow.memory.shared import shared_store  # numpy: off the event loop too

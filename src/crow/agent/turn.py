@@ -101,6 +101,7 @@ class Turn:
         self.content = content
         self.reply: Reply | None = None  # the model call under way, for cancellation
         self.tools: list[dict[str, Any]] = []  # what the model may call, OpenAI-shaped
+        self.system: str | None = None  # the system prompt, once composed
         self.command = commands.parse(blocks)  # a slash command is not model input
         self.origin: str | None = None  # who sent the prompt, if not a person ("judge")
         self.stop_reason: str | None = None  # set when the turn has ended
@@ -260,18 +261,24 @@ class Turn:
                 await _shielded(self.store.append_message(self.session.id, message))
 
     async def messages(self) -> list[dict[str, Any]]:
-        spec = await self.agent.router.describe(self.session.model)
-        offered = {t["function"]["name"] for t in self.tools if "tools" in spec.capabilities}
-        system = await instructions.system_prompt(
-            self.agent.config, self.session.record.cwd, offered
-        )
-        out: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        out: list[dict[str, Any]] = [{"role": "system", "content": await self.system_prompt()}]
         for entry in await self.store.transcript(self.session.id):
             if entry.kind == "summary":
                 out.append({"role": "user", "content": compaction.summary_text(entry.message)})
             else:
                 out.append(entry.message)
         return out
+
+    async def system_prompt(self) -> str:
+        """Composed once a turn (AGENTS.md files are read then), for every model call."""
+        if self.system is None:
+            spec = await self.agent.router.describe(self.session.model)
+            takes_tools = "tools" in spec.capabilities
+            offered = {t["function"]["name"] for t in self.tools} if takes_tools else set()
+            self.system = await instructions.system_prompt(
+                self.agent.config, self.session.record.cwd, offered
+            )
+        return self.system
 
     async def call_model(self) -> Reply:
         spec = await self.agent.router.describe(self.session.model)

@@ -5,3 +5,15 @@ A layer below ``crow.servers`` (the memory MCP server) and ``crow.agent``
 the agent imports it early), ``store`` (LanceDB), ``embedders`` and
 ``minilm`` (numpy), ``shared`` (one store per process and folder).
 """
+
+from pathlib import Path
+
+__all__ = ["TABLE", "has_memories"]
+
+TABLE = "memories"  # the one LanceDB table, ``<folder>/memories.lance``
+
+
+def has_memories(folder: Path) -> bool:
+    """Whether any memory was ever written under ``folder``: a stat, so callers on
+    the event loop skip LanceDB (~2 s to import) and numpy when there is nothing."""
+    return (folder / f"{TABLE}.lance").is_dir()

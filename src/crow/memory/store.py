@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..private import private_dir
+from . import TABLE, has_memories
 from .embedders import Embedder, EmbedderUnavailable
 from .scopes import MemoryError, valid_scope
 
@@ -40,7 +41,6 @@ __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 
 log = logging.getLogger("crow.memory")
 
-TABLE = "memories"
 EMBEDDER_KEY = b"crow.embedder"
 #: Reciprocal rank fusion: a memory scores weight / (RRF_K + rank) in each list.
 #: Tuned on tests/data/memory_recall.json (bench/memory_bench.py): meaning finds
@@ -142,7 +142,7 @@ class MemoryStore:
     @property
     def exists(self) -> bool:
         """Whether any memory was ever written here (a stat: no LanceDB needed)."""
-        return (self.folder / f"{TABLE}.lance").is_dir()
+        return has_memories(self.folder)
 
     def warm(self) -> None:
         """Pay the first use's costs now (LanceDB, the embedder's weights), if there

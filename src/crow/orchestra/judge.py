@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crow.acp import ClientSide
-from crow.extensions import FROM, POST_VERDICT, VERDICT
+from crow.extensions import FROM, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
 
@@ -325,7 +325,7 @@ async def post(
         meta["raw"] = verdict.raw[:2000]
     if verdict.check_exit_code is not None or turn.check is not None:
         meta["checkExitCode"] = verdict.check_exit_code
-    params = {"sessionId": session_id, "text": verdict.line()[:2000], "verdict": meta}
+    params = {"sessionId": session_id, "text": verdict.line()[:MAX_VERDICT_CHARS], "verdict": meta}
     answer = await client.peer.request(POST_VERDICT, params)
     return str(answer.get("messageId")) if isinstance(answer, dict) else ""
 
