@@ -160,6 +160,20 @@ def test_recall_stays_in_its_project_and_can_be_turned_off(crow, scripted_model,
     assert len(recalled(turn(on, sid, "where do deploys go on Fridays?"))) == 1
 
 
+def test_without_an_embedder_recall_works_by_words_and_says_so(crow, scripted_model, tmp_path):
+    """BM25 has no absolute scale (a one-memory store scores low): recall must still
+    find the memory, and tell the user the search was by text only."""
+    scripted_model.set_default(Text(text="ok"))
+    agent = crow(extra='[memory]\nembedder = "none"\n')
+    sid = agent.new_session(str(tmp_path))
+    turn(agent, sid, "/remember deploys go to staging-3 on Fridays")  # the only memory
+    [shown] = recalled(turn(agent, sid, "which host do deploys go to on Fridays?"))
+    text = shown["content"][0]["content"]["text"]
+    assert "deploys go to staging-3 on Fridays" in text
+    assert "searched by text only" in text
+    assert shown["rawOutput"]["search"] == "text"
+
+
 def test_the_memory_slash_commands(crow, scripted_model, tmp_path):
     agent = crow(extra=memory_config(scripted_model.base_url))
     sid = agent.new_session(str(tmp_path))

@@ -31,8 +31,11 @@ __all__ = ["forget_command", "memories_command", "recall_into", "remember_comman
 log = logging.getLogger("crow.agent")
 T = TypeVar("T")
 
-#: A memory matched by words only (no vectors) needs this BM25 score to be recalled.
-MIN_TEXT_SCORE = 1.5
+#: A memory matched by words only (no vectors) is recalled when its BM25 score is at
+#: least this share of the best one's.  BM25 has no absolute scale: a fact that
+#: matches every word of the prompt scores 0.9 in a store of one memory and 8.6 in
+#: a store of twenty, so only a relative cut works.
+TEXT_SHARE = 0.5
 CHARS_PER_TOKEN = 4
 
 
@@ -71,8 +74,7 @@ async def recall_into(turn: Turn) -> None:
         log.exception("session %s: memory recall failed", turn.session.id)
         return
     chosen = _within_budget(
-        [h for h in found.hits if _relevant(h, settings.recall_threshold)],
-        settings.recall_budget_tokens,
+        _relevant(found.hits, settings.recall_threshold), settings.recall_budget_tokens
     )
     if not chosen:
         return
@@ -100,10 +102,16 @@ async def recall_into(turn: Turn) -> None:
     await asyncio.to_thread(_store(turn).mark_recalled, [hit.memory.id for hit in chosen])
 
 
-def _relevant(hit: Hit, threshold: float) -> bool:
-    if hit.similarity is not None:
-        return hit.similarity >= threshold
-    return hit.text_score is not None and hit.text_score >= MIN_TEXT_SCORE
+def _relevant(hits: list[Hit], threshold: float) -> list[Hit]:
+    """Hits close enough in meaning, or (matched by words only) among the best by words."""
+    best = max((h.text_score for h in hits if h.text_score is not None), default=0.0)
+
+    def close(hit: Hit) -> bool:
+        if hit.similarity is not None:
+            return hit.similarity >= threshold
+        return hit.text_score is not None and hit.text_score >= best * TEXT_SHARE
+
+    return [hit for hit in hits if close(hit)]
 
 
 def _within_budget(hits: list[Hit], budget_tokens: int) -> list[Hit]:
