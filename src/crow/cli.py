@@ -201,8 +201,16 @@ def _serve(args: argparse.Namespace) -> int:
     from .agent.serve import serve_stdio  # not needed for --help
 
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_with_debug_hooks(serve_stdio(config)))
+        asyncio.run(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
     _exit_now(0)
+
+
+def _add_judge(agent: Any) -> None:
+    """crow serve's own judge: it verifies the sessions clients ask it to."""
+    from .agent.serve import open_follower
+    from .orchestra.resident import ResidentJudge
+
+    agent.judge = ResidentJudge(agent.config, agent.router, lambda: open_follower(agent))
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -238,7 +246,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
             max_buffered_bytes=int(config.server.max_buffered_mib * 1024 * 1024),
             max_output_stall_s=config.server.max_output_stall_s,
         )
-        serving = serve_http(config, host, int(port), security, limits=limits)
+        serving = serve_http(config, host, int(port), security, limits=limits, setup=_add_judge)
         asyncio.run(run_with_debug_hooks(serving))
     _exit_now(0)
 

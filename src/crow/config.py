@@ -212,6 +212,19 @@ class MemorySettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JudgeSettings:
+    """``[judge]``: the verifier inside ``crow serve`` (crow.orchestra.resident) that
+    judges each turn of a session a client asked to verify (``_meta["crow/verify"]``)."""
+
+    model: str | None = None  # the judge's model (a configured name); default: the chain's first
+    rubric: str | None = None  # what to judge by; default: crow.orchestra.judge.DEFAULT_RUBRIC
+    check: str | None = None  # a command run in the session's cwd; its exit code is evidence
+    check_timeout_s: float = 300.0
+    max_rounds: int = 1  # verdicts per person's prompt: on fail the worker is asked to fix it
+    every_session: bool = False  # judge every session, asked or not
+
+
+@dataclass(frozen=True, kw_only=True)
 class AcpSettings:
     """``[acp]``: which protocol versions ``crow serve`` answers (v1 is always on)."""
 
@@ -232,6 +245,7 @@ class Config:
     acp: AcpSettings = field(default_factory=AcpSettings)
     limits: Limits = field(default_factory=Limits)
     memory: MemorySettings = field(default_factory=MemorySettings)
+    judge: JudgeSettings = field(default_factory=JudgeSettings)
 
 
 def load_config(
@@ -272,6 +286,7 @@ def load_config(
         acp=_acp_settings(source, data),
         limits=_limits(source, data),
         memory=memory,
+        judge=_judge_settings(source, data, models),
     )
 
 
@@ -329,6 +344,27 @@ def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:
         merge_threshold=_fraction(source, "memory.merge_threshold", merge, zero=False),
         remember=decisions["remember"],
         forget=decisions["forget"],
+    )
+
+
+def _judge_settings(
+    source: str, data: dict[str, Any], models: dict[str, ModelSpec]
+) -> JudgeSettings:
+    table = _table(source, "judge", data.get("judge", {}))
+    d = JudgeSettings()
+    model = _opt_str(source, "judge.model", table.get("model"))
+    if model is not None and model not in models:
+        raise ConfigError(source, "judge.model", "a model of [models]", model)
+    timeout = _positive_float(
+        source, "judge.check_timeout_s", table.get("check_timeout_s", d.check_timeout_s)
+    )
+    return JudgeSettings(
+        model=model,
+        rubric=_opt_str(source, "judge.rubric", table.get("rubric")),
+        check=_opt_str(source, "judge.check", table.get("check")),
+        check_timeout_s=timeout or d.check_timeout_s,
+        max_rounds=_positive_int(source, "judge.max_rounds", table.get("max_rounds", 1)),
+        every_session=_bool(source, "judge.every_session", table.get("every_session", False)),
     )
 
 

@@ -91,6 +91,14 @@ merge_threshold = 0.9   # a new memory this similar to one in its scope replaces
 remember = "allow"    # memory__remember / memory__forget: allow, ask or deny (Crow's own
 forget = "allow"      # store, so they need not ask like file edits)
 
+[judge]               # the verifier of sessions a client asks to verify (crow run --verify)
+# model = "default"   # the judge's model (default: the first of the chain)
+# rubric = "Did it do what was asked? Are its claims backed by tool output?"
+# check = "pytest -q" # run in the session's directory after each turn: failing fails it
+check_timeout_s = 300
+max_rounds = 1        # on fail, ask the worker to fix it and judge again, up to this many
+every_session = false # true: judge every session, asked or not
+
 [limits]
 max_prompt_mib = 8    # the largest prompt a client may send
 

@@ -11,6 +11,7 @@ __all__ = [
     "TURN_ENDED",
     "VERDICT",
     "VERDICTS",
+    "VERIFY",
     "WAIT_OVER",
 ]
 
@@ -34,6 +35,11 @@ POST_VERDICT = "_crow/verdict"
 VERDICT = "crow/verdict"
 VERDICTS = ("pass", "fail", "unknown")  # the values of _meta[VERDICT]["verdict"]
 MAX_VERDICT_CHARS = 2000  # the longest ``text`` of a verdict
+
+#: ``_meta`` key of ``session/new`` and ``session/resume``: true (or an object with
+#: ``maxRounds``, ``rubric``, ``check``) has Crow's own judge verify each turn of the
+#: session (crow.orchestra.resident); false stops it.
+VERIFY = "crow/verify"
 
 #: ``_meta`` key of a prompt (and so of its ``user_message``) that a program, not a
 #: person, sent: "judge" for the judge's follow-up prompts.

@@ -107,7 +107,7 @@ def test_model_flags_do_not_apply_to_another_agent(crow_home, command, other):
 
 def test_an_unknown_session_has_its_own_code(configured):
     result = crow("run", "--session", "sess_bogus", "hi")
-    assert result.returncode == 9
+    assert result.returncode == 10
     assert result.stderr.strip().splitlines()[-1] == (
         "crow: no session sess_bogus (crow sessions lists them)"
     )

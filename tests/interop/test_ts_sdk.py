@@ -26,9 +26,17 @@ CLIENT_INFO = schema.Implementation(name="crow-interop", version="0")
 pytestmark = pytest.mark.interop
 
 
-def drive(command: str, prompt: str) -> dict:
+def drive(command: str, prompt: str, *options: str) -> dict:
     result = subprocess.run(
-        ["node", str(TS_DIR / "drive_agent.mjs"), "--command", command, "--prompt", prompt],
+        [
+            "node",
+            str(TS_DIR / "drive_agent.mjs"),
+            "--command",
+            command,
+            "--prompt",
+            prompt,
+            *options,
+        ],
         capture_output=True,
         text=True,
         timeout=60,
@@ -184,6 +192,27 @@ def test_the_ts_sdk_validates_a_turn_that_recalls_a_memory(crow_home, scripted_m
     assert recall["title"] == "Recalled 1 memory" and recall["kind"] == "search"
     assert "staging-3" in recall["content"][0]["content"]["text"]
     assert recall in report["replayUpdates"]
+
+
+def test_the_ts_sdk_validates_a_judged_turn_and_still_sees_it_complete(crow_home, scripted_model):
+    """The verdict is one more agent_message, after the worker's idle: the SDK client
+    takes the idle as the turn's end, then sees the verdict, live and replayed."""
+    from fakemodel import Text, ToolCalls
+    from serve_support import write_config
+
+    write_config(crow_home, scripted_model.base_url, extra='[tools]\nbuiltin = ["fs"]\n')
+    verdict = ("verdict", {"pass": True, "reasons": ["it said hello"]})
+    scripted_model.script(Text(text="hello"), ToolCalls(calls=[verdict]))
+    report = drive(f"{sys.executable} -m crow serve", "say hello", "--verify")
+    assert report["stopReason"] == "end_turn" and report["agentText"] == "hello"
+    assert report["initialize"]["capabilities"]["_meta"]["crow/verify"] is True
+    [posted] = [u for u in report["afterIdleUpdates"] if u["sessionUpdate"] == "agent_message"]
+    assert posted["content"] == [{"type": "text", "text": "✓ verified: it said hello"}]
+    meta = posted["_meta"]["crow/verdict"]
+    user = next(u for u in report["liveUpdates"] if u["sessionUpdate"] == "user_message")
+    assert meta["verdict"] == "pass" and meta["turnMessageId"] == user["messageId"]
+    assert meta["judgeSessionId"].startswith("sess_") and meta["final"] is True
+    assert posted in report["replayUpdates"]
 
 
 def test_crow_run_drives_the_ts_sdk_echo_agent():

@@ -107,6 +107,11 @@ class ClientSide:
         """Call ``listener(session_id, update)`` after each update is applied."""
         self._listeners.append(listener)
 
+    def off_update(self, listener: UpdateListener) -> None:
+        """Stop calling ``listener``."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(listener)
+
     # ---- calls ----------------------------------------------------------------
     async def initialize(self) -> schema.InitializeResponse:
         """Send ``initialize``; raises AcpError if the agent does not speak v2."""
@@ -137,8 +142,11 @@ class ClientSide:
         *,
         mcp_servers: Sequence[Any] = (),
         additional_directories: Sequence[str] | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> Session:
         request = schema.NewSessionRequest(cwd=cwd)
+        if meta:
+            request.meta = meta
         if mcp_servers:
             request.mcp_servers = list(mcp_servers)
         if additional_directories is not None:
@@ -163,13 +171,22 @@ class ClientSide:
         cwd: str,
         *,
         replay: bool = True,
+        replay_after: int | None = None,
         mcp_servers: Sequence[Any] = (),
         additional_directories: Sequence[str] | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> Session:
-        """Resume; with ``replay`` the history arrives (as updates) before this returns."""
+        """Resume; with ``replay`` the history arrives (as updates) before this returns;
+        with ``replay_after`` (a Crow agent's ``_crow/after`` cursor) only the updates
+        after that ``crow/seq``."""
         request = schema.ResumeSessionRequest(session_id=session_id, cwd=cwd)
-        if replay:
+        if replay_after is not None:
+            cursor = {"type": "_crow/after", "seq": replay_after}
+            request.replay_from = schema.UnknownReplayFrom.model_validate(cursor)
+        elif replay:
             request.replay_from = schema.ReplayFromStart()
+        if meta:
+            request.meta = meta
         if mcp_servers:
             request.mcp_servers = list(mcp_servers)
         if additional_directories is not None:

@@ -14,15 +14,20 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections.abc import Callable
 
 from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
+from crow.acp.transports.memory import memory_pair
 from crow.config import Config
 from crow.imports import import_off_loop
 from crow.store.db import Store
 
 from .service import CrowAgent
 
-__all__ = ["serve_connection", "serve_stdio"]
+__all__ = ["open_follower", "serve_connection", "serve_stdio"]
+
+#: What crow serve adds to its agent before serving (crow.cli: the resident judge).
+Setup = Callable[[CrowAgent], None]
 
 log = logging.getLogger("crow.agent")
 
@@ -35,10 +40,12 @@ def agent_info() -> schema.Implementation:
     return schema.Implementation(name="crow", title="Crow", version=version("crow-cli"))
 
 
-async def serve_stdio(config: Config) -> None:
+async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
     store = Store(config.paths.store)
     try:
         agent = CrowAgent(config, store)
+        if setup is not None:
+            setup(agent)
         ready = asyncio.Event()
         warm = asyncio.create_task(_warm_up(ready))
         try:
@@ -76,6 +83,23 @@ async def serve_connection(
 
     router = ProtocolRouter(v1=v1, v2=v2 if agent.config.acp.v2 else None)
     await router.serve(transport)
+
+
+def open_follower(agent: CrowAgent) -> Transport:
+    """An in-process ACP v2 connection to ``agent`` whose watchers are followers
+    (crow.orchestra.resident, the judge inside crow serve); returns the client's end."""
+    ours, theirs = memory_pair()
+
+    async def serve() -> None:
+        side = AgentSide(theirs, info=agent_info(), capabilities=agent.capabilities())
+        watcher = agent.attach(side, follower=True)
+        try:
+            await side.serve()
+        finally:
+            agent.detach(watcher)
+
+    agent.spawn(serve(), name="follower-connection")
+    return ours
 
 
 async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:

@@ -45,7 +45,7 @@ from crow.redact import register_secret
 from crow.runtime_file import WILDCARDS, is_loopback, publish
 from crow.store.db import Store
 
-from .serve import serve_connection
+from .serve import Setup, serve_connection
 from .service import CrowAgent
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
@@ -153,12 +153,15 @@ async def serve_http(
     security: HttpSecurity,
     *,
     limits: HttpLimits | None = None,
+    setup: Setup | None = None,
 ) -> None:
     import uvicorn
 
     store = Store(config.paths.store)
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = CrowAgent(config, store, clients_authenticated=security.token is not None)
+    if setup is not None:
+        setup(agent)
     agent.learn_model(config.chain[0])  # before the first client's initialize, if it can
 
     async def serve(transport: HttpTransport) -> None:

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from crow.acp import (
     AgentSide,
@@ -40,14 +40,14 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
-from crow.extensions import FROM, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT, VERDICTS
+from crow.extensions import FROM, POST_VERDICT, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
 from crow.store.db import SessionRecord, Store, StoreError, StoreUnavailable
 from crow.store.lease import RENEW_EVERY_S, expiry, this_process
 
-from . import commands
+from . import commands, verdicts
 from .content import prompt_capabilities, to_user_content
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
@@ -55,7 +55,7 @@ from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 from .watchers import V2Watcher, Watcher
 
-__all__ = ["CrowAgent"]
+__all__ = ["CrowAgent", "Follower"]
 
 log = logging.getLogger("crow.agent")
 
@@ -66,6 +66,17 @@ SHUTDOWN_TURN_WAIT_S = 0.5
 #: Crow's own replay cursor: {"type": "_crow/after", "seq": N} replays the updates after N.
 AFTER_CURSOR = "_crow/after"
 SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
+
+
+class Follower(Protocol):
+    """Crow's own judge inside ``crow serve`` (crow.orchestra.resident): told which
+    sessions to verify; it watches them over an in-process connection of followers."""
+
+    def follow(self, session: LiveSession) -> None: ...
+
+    def unfollow(self, session_id: str) -> None: ...
+
+    async def aclose(self) -> None: ...
 
 
 class CrowAgent:
@@ -86,6 +97,7 @@ class CrowAgent:
         self.live: dict[str, LiveSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._lease_keeper: asyncio.Task[None] | None = None
+        self.judge: Follower | None = None  # set by crow serve
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
@@ -103,12 +115,14 @@ class CrowAgent:
                 delete=schema.SessionDeleteCapabilities(),
                 additional_directories=schema.SessionAdditionalDirectoriesCapabilities(),
             ),
-            meta={"crow/replayFrom": list(SUPPORTED_REPLAY)},  # Crow's resumable cursor
+            # Crow's resumable cursor, and whether its judge verifies sessions (crow/verify)
+            meta={"crow/replayFrom": list(SUPPORTED_REPLAY), VERIFY: self.judge is not None},
         )
 
-    def attach(self, side: AgentSide) -> Watcher:
-        """Serve ACP v2 on one connection; ``detach`` its watcher when it ends."""
-        watcher = V2Watcher(side)
+    def attach(self, side: AgentSide, *, follower: bool = False) -> Watcher:
+        """Serve ACP v2 on one connection; ``detach`` its watcher when it ends.
+        A ``follower`` connection (the resident judge's) holds no session."""
+        watcher = V2Watcher(side, follower=follower)
         handlers: dict[str, Any] = {
             "session/new": self.new_session,
             "session/list": self.list_sessions,
@@ -130,10 +144,12 @@ class CrowAgent:
         for session in list(self.live.values()):
             if watcher in session.watchers:
                 session.watchers.discard(watcher)
-                self._unload_if_unwatched(session)
+                self.unload_if_unwatched(session)
 
     async def shutdown(self) -> None:
         """Cancel running turns; each ends with idle/cancelled in the store."""
+        if self.judge is not None:
+            await self.judge.aclose()
         turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done]
         for turn in turns:
             turn.cancel("shutdown")
@@ -155,17 +171,22 @@ class CrowAgent:
             for d in _directories(params.additional_directories)
         ]
         servers = self._client_servers(params.mcp_servers)
+        verify = self._verify_setting(params.meta)
         self._check_session_limit(watcher)
+        config: dict[str, Any] = {"model": self.config.chain[0]}
+        if verify:
+            config.update(verify=verify, judgedSeq=0)
         record = await self.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
             now=now(),
             additional_directories=dirs,
-            config={"model": self.config.chain[0]},
+            config=config,
         )
-        session = self._activate(record)
+        session = self.activate(record)
         session.watchers.add(watcher)
         self._start_tools(session, servers, dirs)
+        await self._judge_if_verified(session)
         self.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
         return schema.NewSessionResponse(
             session_id=record.id,
@@ -203,16 +224,21 @@ class CrowAgent:
         replay = _replay_cursor(params.replay_from)
         servers = self._client_servers(params.mcp_servers)
         dirs = _directories(params.additional_directories)
+        verify = self._verify_setting(params.meta)
         session = self.live.get(record.id)
-        if session is None or watcher not in session.watchers:
+        if (session is None or watcher not in session.watchers) and not watcher.follower:
             self._check_session_limit(watcher)
         if session is None:
             session = await self._load(record)
+        if watcher.follower:  # the judge reads; it leaves tools and settings alone
+            await session.attach(watcher, replay)
+            return schema.ResumeSessionResponse()
         if dirs != session.record.additional_directories:
             await self.store.update_session(record.id, additional_directories=dirs)
         if not session.busy:  # the complete new set of servers and roots (§5.3)
             self._start_tools(session, servers, dirs)
         await session.attach(watcher, replay)
+        await self._judge_if_verified(session, verify)
         return schema.ResumeSessionResponse(
             config_options=self.config_options(session),
             available_commands=commands.available_commands(),
@@ -224,12 +250,12 @@ class CrowAgent:
         session = self.live.get(params.session_id)
         if session is None:
             return  # unknown or already closed: success (§5.4)
-        if session.watchers - {watcher}:
+        if _clients(session.watchers - {watcher}):
             session.watchers.discard(watcher)
             return  # others still watch: their turn goes on
         await session.end_turn("session/close")  # the caller sees the turn end first
         session.watchers.discard(watcher)
-        self._unload_if_unwatched(session)
+        self.unload_if_unwatched(session)
 
     async def delete_session(self, watcher: Watcher, params: schema.DeleteSessionRequest) -> None:
         session = self.live.pop(params.session_id, None)
@@ -300,7 +326,7 @@ class CrowAgent:
                 self, session, message_id=new_id("msg"), blocks=blocks, content=content
             )
             turn.origin = origin
-            turn.start().add_done_callback(lambda _: self._unload_if_unwatched(session))
+            turn.start().add_done_callback(lambda _: self.unload_if_unwatched(session))
             if session.cancel_on_start is not None:
                 turn.cancel(session.cancel_on_start)
         finally:
@@ -311,23 +337,7 @@ class CrowAgent:
 
     async def post_verdict(self, watcher: Watcher, params: Any) -> dict[str, Any]:
         """``_crow/verdict``: a judge's verdict on the session's last turn, for everyone."""
-        raw = params.model_extra or {}
-        session = self.live_session(str(raw.get("sessionId")))
-        text, verdict = raw.get("text"), raw.get("verdict")
-        if not isinstance(text, str) or not text.strip() or len(text) > MAX_VERDICT_CHARS:
-            raise InvalidParams(f"text must be a line of 1 to {MAX_VERDICT_CHARS} characters")
-        if not isinstance(verdict, dict) or verdict.get("verdict") not in VERDICTS:
-            raise InvalidParams(f"verdict.verdict must be one of {', '.join(VERDICTS)}")
-        message_id = new_id("msg")
-        await session.emit(
-            {
-                "sessionUpdate": "agent_message",
-                "messageId": message_id,
-                "content": [{"type": "text", "text": text}],
-                "_meta": {VERDICT: verdict},
-            }
-        )
-        return {"messageId": message_id}
+        return await verdicts.post_verdict(self, params.model_extra or {})
 
     async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)
@@ -367,9 +377,9 @@ class CrowAgent:
         if is_orphaned(record):
             await self.store.submit(close_interrupted_turns, self.store.sync)
             record = await self.store.get_session(record.id) or record
-        return self.live.get(record.id) or self._activate(record)
+        return self.live.get(record.id) or self.activate(record)
 
-    def _activate(self, record: SessionRecord) -> LiveSession:
+    def activate(self, record: SessionRecord) -> LiveSession:
         model = record.config.get("model")
         if model not in self.config.models:
             model = self.config.chain[0]
@@ -384,11 +394,15 @@ class CrowAgent:
         self.live[record.id] = session
         return session
 
-    def _unload_if_unwatched(self, session: LiveSession) -> None:
-        """Nobody watches and nothing runs: free the session (it reloads on resume)."""
-        if session.watchers or session.busy or self.live.get(session.id) is not session:
+    def unload_if_unwatched(self, session: LiveSession) -> None:
+        """No client watches and nothing runs: free the session (it reloads on
+        resume); a follower watching it stops."""
+        if _clients(session.watchers) or session.busy or self.live.get(session.id) is not session:
             return
         del self.live[session.id]
+        session.watchers.clear()
+        if self.judge is not None:
+            self.judge.unfollow(session.id)
         self.spawn(session.close_tools(), name=f"unload-{session.id}")
 
     def _client_servers(self, servers: Any) -> list[Any]:
@@ -408,6 +422,35 @@ class CrowAgent:
         session.tool_setup = setup
         if old is not None:
             self.spawn(old, name=f"retool-{session.id}")
+
+    # ---- verifying ----------------------------------------------------------------
+    def _verify_setting(self, meta: Any) -> dict[str, Any] | None:
+        return verdicts.verify_setting(meta, authenticated=self.clients_authenticated)
+
+    async def _judge_if_verified(
+        self, session: LiveSession, setting: dict[str, Any] | None = None
+    ) -> None:
+        """Store a new verify ``setting`` (None: unchanged); then the resident judge
+        follows the session if it is to be verified, and stops following if not.
+        Verifying starts with the next turn: the history is taken as judged."""
+        config = session.record.config
+        if setting is not None:
+            config = {**config, "verify": setting}
+        verified = "judgeOf" not in config and (
+            bool(config.get("verify", {}).get("on")) or self.config.judge.every_session
+        )
+        if verified and "judgedSeq" not in config:
+            last = await self.store.submit(self.store.sync.last_seq, session.id)
+            config = {**config, "judgedSeq": last}
+        if config is not session.record.config:
+            session.record = replace(session.record, config=config)
+            await self.store.update_session(session.id, config=config)
+        if self.judge is None:
+            return
+        if verified:
+            self.judge.follow(session)
+        else:
+            self.judge.unfollow(session.id)
 
     # ---- the turn lease -----------------------------------------------------------
     async def _take_lease(self, session: LiveSession) -> None:
@@ -485,6 +528,11 @@ class CrowAgent:
                 description="The model that answers; others take over on failure",
             )
         ]
+
+
+def _clients(watchers: set[Watcher]) -> bool:
+    """Whether any of ``watchers`` is a client (not a follower)."""
+    return any(not w.follower for w in watchers)
 
 
 def _busy(session_id: str, *, elsewhere: bool = False) -> InvalidParams:

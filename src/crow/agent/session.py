@@ -124,31 +124,45 @@ class LiveSession:
             self.turn.cancel(reason)
             await self.turn.wait()
 
-    async def emit(self, update: dict[str, Any]) -> None:
-        """Log ``update``, then send it to every watcher.
+    async def emit(self, update: dict[str, Any]) -> int | None:
+        """Log ``update``, then send it to every watcher; returns its seq in the log.
 
         Raises StoreUnavailable if it could not be logged (then nobody got it).
         Once logged it is sent even if the caller is cancelled meanwhile.
         """
-        body = orjson.dumps(update)
-        state = update["state"] if update.get("sessionUpdate") == "state_update" else None
-        stop_reason = update.get("stopReason") if state == "idle" else None
+        [seq] = await self.emit_together(update)
+        return seq
+
+    async def emit_together(self, *updates: dict[str, Any]) -> list[int | None]:
+        """``emit`` each of ``updates``, with no resume between them: a watcher that
+        attaches meanwhile sees all of them or none (a turn's user_message and
+        ``running``: a resume between them would say "idle" with the prompt taken)."""
+        seqs: list[int | None] = []
+        backed_up: set[Watcher] = set()
+        cancelled = False
         async with self.log_lock:
-            logged = self.store.append_update(
-                self.id,
-                body,
-                state=state,
-                stop_reason=stop_reason,
-                now=now() if state == "idle" else None,
-            )
-            seq, cancelled = await settled(logged)
-            if state is not None:
-                self.state, self.stop_reason = state, stop_reason
-            backed_up = self._deliver(seq, update, body)
+            for update in updates:
+                body = orjson.dumps(update)
+                state = update["state"] if update.get("sessionUpdate") == "state_update" else None
+                stop_reason = update.get("stopReason") if state == "idle" else None
+                logged = self.store.append_update(
+                    self.id,
+                    body,
+                    state=state,
+                    stop_reason=stop_reason,
+                    now=now() if state == "idle" else None,
+                )
+                seq, interrupted = await settled(logged)
+                cancelled = cancelled or interrupted
+                if state is not None:
+                    self.state, self.stop_reason = state, stop_reason
+                backed_up.update(self._deliver(seq, update, body))
+                seqs.append(seq)
         if cancelled:
             raise asyncio.CancelledError
         for slow in backed_up:  # a slow reader slows its turn, never drops updates
             await slow.drained()
+        return seqs
 
     def notice(
         self,
@@ -198,6 +212,8 @@ class LiveSession:
                     watcher.replay(self.id, seq, body)
             self.watchers.add(watcher)
             await watcher.resumed(self.id, self.state_snapshot())
+        if watcher.follower:
+            return  # a judge reads; only clients are asked
         for question in self.questions:
             question.ask(watcher)
 
@@ -207,7 +223,8 @@ class LiveSession:
         self.questions.add(question)
         try:
             for watcher in list(self.watchers):
-                question.ask(watcher)
+                if not watcher.follower:
+                    question.ask(watcher)
             return await question.outcome()
         finally:
             self.questions.discard(question)

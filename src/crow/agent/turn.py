@@ -183,11 +183,10 @@ class Turn:
         }
         if self.origin is not None:
             user["_meta"] = {FROM: self.origin}
-        await session.emit(user)
         if self.command is None:
             message = {"role": "user", "content": self.content}
             await self.store.append_message(session.id, message)
-        await session.emit({"sessionUpdate": "state_update", "state": "running"})
+        await session.emit_together(user, {"sessionUpdate": "state_update", "state": "running"})
 
     async def finish(self, stop: str, error: str | None) -> None:
         self.stop_reason, self.error = stop, error

@@ -82,6 +82,8 @@ async def serve_v1(
 class V1Watcher:
     """A v1 connection watching sessions: v2 updates go out as v1 ``session/update``s."""
 
+    follower = False
+
     def __init__(self, messages: MessageTransport) -> None:
         self.messages = messages
         self.connection: AgentSideConnection | None = None

@@ -46,6 +46,10 @@ def update_frame(session_id: str, body: bytes, seq: int | None) -> bytes:
 
 
 class Watcher(Protocol):
+    #: A follower (Crow's own judge) watches a session without holding it: it does not
+    #: keep the session loaded, start its tools, or count as the one client left.
+    follower: bool
+
     def deliver(
         self, session_id: str, seq: int | None, update: dict[str, Any], body: bytes
     ) -> None:
@@ -70,8 +74,9 @@ class Watcher(Protocol):
 class V2Watcher:
     """An ACP v2 connection: updates go out exactly as logged."""
 
-    def __init__(self, side: AgentSide) -> None:
+    def __init__(self, side: AgentSide, *, follower: bool = False) -> None:
         self.side = side
+        self.follower = follower
 
     def deliver(
         self, session_id: str, seq: int | None, update: dict[str, Any], body: bytes

@@ -23,12 +23,17 @@ RUN_HELP = """crow run "prompt": one prompt, the reply on stdout, the outcome in
 
     0 end_turn   1 error   2 usage   3 refusal   4 max_tokens   5 cancelled
     6 a permission was needed (pass --yes or --no)   7 protocol or connection failure
-    8 max_turn_requests   9 --session names no session
+    8 max_turn_requests   9 --verify: the judge's final verdict is fail or unknown
+    10 --session names no session
 
 stdout carries the agent's reply (or, with --json, every session/update
 as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
 short lines; on a terminal a status line on stderr says what a quiet turn
 waits for (the agent starting, the tool servers, the model, a retry, a tool).
+With --verify, crow serve's judge checks the turn once it ends (its model,
+rubric and check command from [judge] in config.toml; --check names one) and
+its verdict is shown on stderr; on "fail" the judge may ask the agent to fix it
+(up to [judge] max_rounds), and crow run waits for the final verdict.
 Ctrl-C cancels the turn; a second Ctrl-C leaves at once."""
 CHAT_HELP = """crow chat: a line REPL on the client role, for people at a terminal.
 
@@ -74,6 +79,16 @@ def _agent_options(parser: argparse.ArgumentParser, *, session_help: str) -> Non
     )
     parser.add_argument("--cwd", help="the session's directory (default: the current one)")
     parser.add_argument("--session", help=session_help)
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="have crow serve's judge verify each turn and show its verdict ([judge])",
+    )
+    parser.add_argument(
+        "--check",
+        help="with --verify: a command run in the session's directory after each turn; "
+        "if it fails, the turn fails",
+    )
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +131,8 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     if serve_options(args) and (args.url or args.command):
         other = "--url" if args.url else "--command"
         return f"--model and --base-url apply to the crow serve crow starts, not to {other}"
+    if getattr(args, "check", None) and not args.verify:
+        return "--check goes with --verify"
     if args.cwd and not os.path.isdir(args.cwd):
         return f"--cwd {args.cwd} is not an existing directory"
     if not (args.url or args.command):

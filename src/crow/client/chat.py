@@ -11,7 +11,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any, TextIO, cast
 
 from prompt_toolkit import PromptSession
@@ -34,10 +34,11 @@ from .asking import CANCELLED, _selected, pick
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, is_note, status
 from .screen import ReplyStream, Screen, isatty
+from .verifying import NO_JUDGE, VerdictWaiter, can_verify, verify_meta
 
 __all__ = ["main"]
 
-EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_INTERRUPTED = 2, 7, 9, 130
+EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_INTERRUPTED = 2, 7, 10, 130
 PROMPT = "you> "
 CONTINUATION = "  .. "
 LEAVE = ("/exit", "/quit")  # the client's own commands: they never reach the agent
@@ -73,13 +74,20 @@ async def _chat(args: argparse.Namespace) -> int:
         on_permission=chat.answer,
         serve_options=serve_options(args),
     ) as client:
+        meta = verify_meta(args.check) if args.verify else None
+        if meta and not can_verify(client):
+            print(f"crow: {NO_JUDGE}", file=sys.stderr)
+            return EXIT_USAGE
+        chat.verify = bool(meta)
         if args.session:
             cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
             chat.note_turn_ends(client)
-            session = await client.resume_session(args.session, os.path.abspath(cwd), replay=True)
+            session = await client.resume_session(
+                args.session, os.path.abspath(cwd), replay=True, meta=meta
+            )
             chat.replay(session)
         else:
-            session = await client.new_session(os.path.abspath(args.cwd or os.getcwd()))
+            session = await client.new_session(os.path.abspath(args.cwd or os.getcwd()), meta=meta)
         screen.line(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
         chat.attach(client, session)
         return await chat.run()
@@ -174,6 +182,7 @@ class Chat:
 
     def __init__(self, screen: Screen) -> None:
         self.screen = screen
+        self.verify = False  # --verify: each turn waits for the judge's final verdict
         self.completer = CommandCompleter()
         self.input: Input | None = None
         self.output: Output | None = None
@@ -308,21 +317,18 @@ class Chat:
         spinning = asyncio.create_task(self.screen.spin())
         try:
             with self.screen.spinner(), self._keys():
+                judged = VerdictWaiter(session)
                 try:
                     turn = await session.prompt(text)
                 except AcpError as exc:
                     self.screen.line(f"crow: {exc.message or exc}")
                     return False
-                waiting = asyncio.create_task(session.wait(turn))
-                leaving = asyncio.create_task(self.leave.wait())
-                done, _ = await asyncio.wait(
-                    {waiting, leaving}, return_when=asyncio.FIRST_COMPLETED
-                )
-                waiting.cancel()
-                leaving.cancel()
-                if waiting not in done:
+                if await self._until(session.wait(turn)):
                     return True
-                waiting.result()  # ConnectionError when the agent went away
+                if self.verify and turn.stop_reason != "cancelled":
+                    self.screen.say("the judge is checking the turn")
+                    if await self._until(judged.wait()):
+                        return True
         finally:
             spinning.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -336,6 +342,18 @@ class Chat:
         ending = _ending(turn.stop_reason or "end_turn", turn.error)
         if ending:
             self.screen.line(ending)
+        return False
+
+    async def _until(self, done: Coroutine[Any, Any, Any]) -> bool:
+        """Wait for ``done``; True when the person chose to leave meanwhile."""
+        waiting = asyncio.create_task(done)
+        leaving = asyncio.create_task(self.leave.wait())
+        finished, _ = await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        leaving.cancel()
+        if waiting not in finished:
+            return True
+        waiting.result()  # ConnectionError when the agent went away
         return False
 
     # ---- while a turn runs -----------------------------------------------------

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from crow.acp import SessionProjection, schema
-from crow.extensions import RECALLED, WAIT_OVER
+from crow.extensions import FROM, RECALLED, VERDICT, WAIT_OVER
 
-__all__ = ["WAITING", "TextRenderer", "activity", "is_note", "status"]
+__all__ = ["WAITING", "TextRenderer", "activity", "is_note", "status", "verdict_of"]
 
 WAITING = "waiting for the model"
 
@@ -30,8 +30,15 @@ STATUS_MARKS = {
 
 
 def is_note(meta: Any) -> bool:
-    """A message from Crow itself (``_meta["crow/notice"]``), not the model's words."""
-    return isinstance(meta, dict) and "crow/notice" in meta
+    """A message from Crow itself (``_meta["crow/notice"]``) or a judge's verdict
+    (``_meta["crow/verdict"]``), not the model's words."""
+    return isinstance(meta, dict) and ("crow/notice" in meta or VERDICT in meta)
+
+
+def verdict_of(meta: Any) -> dict[str, Any] | None:
+    """A verdict message's ``_meta["crow/verdict"]``, or None."""
+    verdict = meta.get(VERDICT) if isinstance(meta, dict) else None
+    return verdict if isinstance(verdict, dict) else None
 
 
 class TextRenderer:
@@ -90,8 +97,12 @@ def activity(projection: SessionProjection, update: Any) -> str | None:
             return f"… {_one_line(message.text)}"
     if kind == "agent_message" and is_note(update.meta):
         message = projection.messages.get(update.message_id)
+        if message and verdict_of(update.meta) is not None:
+            return message.text  # "✓ verified: ..." / "✗ judge: ..."
         if message:
             return f"crow: {message.text}"
+    if kind == "user_message" and isinstance(update.meta, dict) and update.meta.get(FROM):
+        return f"→ {update.meta[FROM]} asked the agent to go on"
     return None
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any, TextIO, cast
 
 from crow.acp import AcpError, ClientSide, Session
@@ -23,6 +23,7 @@ from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, status
 from .screen import ERASE, ReplyStream, Screen
+from .verifying import NO_JUDGE, VerdictWaiter, can_verify, verify_meta
 
 __all__ = ["EXIT", "main"]
 
@@ -35,7 +36,8 @@ EXIT = {
     "max_turn_requests": 8,
 }
 EXIT_USAGE, EXIT_PERMISSION, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 6, 7, 130
-EXIT_NO_SESSION = 9  # --session names no session
+EXIT_NOT_VERIFIED = 9  # --verify: the judge's final verdict is not "pass"
+EXIT_NO_SESSION = 10  # --session names no session
 MESSAGES = {
     "error": "the turn failed",
     "refusal": "the model refused",
@@ -91,16 +93,26 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
                 )
             )
             screen.say("opening the session")
+            meta = verify_meta(args.check) if args.verify else None
+            if meta and not can_verify(client):
+                print(f"crow: {NO_JUDGE}", file=sys.stderr)
+                return EXIT_USAGE
             if args.session:
-                session = await client.resume_session(args.session, cwd, replay=False)
+                session = await client.resume_session(args.session, cwd, replay=False, meta=meta)
             else:
-                session = await client.new_session(cwd)
+                session = await client.new_session(cwd, meta=meta)
         renderer, notes = _attach_output(client, session, screen, json_lines=args.json)
+        judged = VerdictWaiter(session)
         turn = await session.prompt(prompt)
         screen.say("working")
-        interrupted = await _wait(session, turn, asker, screen)
-        if interrupted:
+        if await _wait(session, _until_done(session, turn, asker), screen):
             return EXIT_INTERRUPTED
+        verdict = None
+        if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
+            screen.say("the judge is checking the turn")
+            if await _wait(session, judged.wait(), screen):
+                return EXIT_INTERRUPTED
+            verdict = judged.final()
     if not args.json:
         renderer.finish()
     if asker.refused:
@@ -116,7 +128,20 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
         if not (error and any(error in note for note in notes)):  # said once is enough
             reason = error or MESSAGES.get(stop, f"the turn ended: {stop}")
             print(f"crow: {reason}", file=sys.stderr)
-    return EXIT.get(stop, 1)
+        return EXIT.get(stop, 1)
+    if args.verify:
+        return _verified(verdict)
+    return EXIT[stop]
+
+
+def _verified(verdict: dict[str, Any] | None) -> int:
+    """The exit code of a verified turn: 0 only when the judge's final verdict passed."""
+    if verdict is None:
+        print("crow: the judge's follow-up turn was cancelled", file=sys.stderr)
+        return EXIT["cancelled"]
+    if verdict.get("verdict") == "pass":
+        return 0
+    return EXIT_NOT_VERIFIED
 
 
 def _attach_output(
@@ -166,8 +191,9 @@ def _ctrl_c_leaves_at_once(screen: Screen) -> Iterator[None]:
         loop.remove_signal_handler(signal.SIGINT)
 
 
-async def _wait(session: Session, turn: Any, asker: PermissionAsker, screen: Screen) -> bool:
-    """Wait for the turn; Ctrl-C cancels it, a second one gives up.  True if given up."""
+async def _wait(session: Session, until: Coroutine[Any, Any, Any], screen: Screen) -> bool:
+    """Wait for ``until`` (the turn's end, or the judge's verdict); Ctrl-C cancels the
+    turn, a second one gives up.  True if given up."""
     loop = asyncio.get_running_loop()
     presses = 0
     gave_up = asyncio.Event()
@@ -186,7 +212,7 @@ async def _wait(session: Session, turn: Any, asker: PermissionAsker, screen: Scr
 
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
     try:
-        waiting = asyncio.create_task(_until_done(session, turn, asker))
+        waiting = asyncio.create_task(until)
         quitting = asyncio.create_task(gave_up.wait())
         done, _ = await asyncio.wait({waiting, quitting}, return_when=asyncio.FIRST_COMPLETED)
         for task in (waiting, quitting):

@@ -29,12 +29,14 @@ from typing import Any
 
 from crow.acp import ClientSide
 from crow.extensions import FROM, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
+from crow.models.errors import ModelError
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
 
 __all__ = [
     "DEFAULT_RUBRIC",
     "Check",
+    "Round",
     "TurnView",
     "Verdict",
     "ask",
@@ -136,6 +138,8 @@ class Verdict:
     confidence: float | None = None
     raw: str = ""  # the judge's own words, when they could not be read as a verdict
     check_exit_code: int | None = None
+    shown: str = ""  # what the judge model was asked (its reasoning, kept in a session)
+    answer: str = ""  # ... and what it answered
 
     def with_check(self, check: Check | None) -> Verdict:
         """Evidence beats opinion: a check that failed fails the turn."""
@@ -166,6 +170,7 @@ class _Turns:
         self.messages: list[str] = []  # the agent's message ids in the current turn
         self.calls: list[str] = []
         self.active = False  # running or requires_action seen since its user_message
+        self.replaying = False  # a resume's replay: its turns ran (a replay has no states)
         self.done: asyncio.Queue[TurnView] = asyncio.Queue()
 
     def __call__(self, session_id: str, update: Any) -> None:
@@ -178,7 +183,7 @@ class _Turns:
             self.current = TurnView(
                 message_id=update.message_id, origin=origin if isinstance(origin, str) else None
             )
-            self.messages, self.calls, self.active = [], [], False
+            self.messages, self.calls, self.active = [], [], self.replaying
         elif self.current is None:
             return  # before the first turn seen live: the worker's earlier state
         elif kind in ("agent_message", "agent_message_chunk"):
@@ -223,19 +228,31 @@ async def watch(
     session_id: str,
     cwd: str | None = None,
     *,
+    replay_after: int | None = None,
     attached: Callable[[], None] | None = None,
 ) -> AsyncIterator[TurnView]:
-    """Attach to ``session_id`` (no replay) and yield each turn that ends after that;
-    ``attached()`` is called once the judge watches."""
+    """Attach to ``session_id`` and yield each turn that ends after that;
+    ``attached()`` is called once the judge watches.
+
+    With ``replay_after`` (a ``_crow/after`` cursor: the seq of the last update
+    already judged, 0 for the start) the turns logged after it are read first, and one
+    that ended before the judge came (the judge was down) is yielded too."""
     turns = _Turns(client, session_id)
     client.on_update(turns)
     if cwd is None:
         cwd = await _cwd_of(client, session_id)
-    await client.resume_session(session_id, cwd, replay=False)
+    turns.replaying = replay_after is not None
+    try:  # the replay, then the current state, arrive before the answer
+        await client.resume_session(session_id, cwd, replay_after=replay_after, replay=False)
+    finally:
+        turns.replaying = False
     if attached is not None:
         attached()
-    while True:
-        yield await turns.done.get()
+    try:
+        while True:
+            yield await turns.done.get()
+    finally:
+        client.off_update(turns)
 
 
 async def _cwd_of(client: ClientSide, session_id: str) -> str:
@@ -271,7 +288,13 @@ async def ask(
             call = calls.setdefault(event.index, {"name": "", "arguments": ""})
             call["name"] += event.name or ""
             call["arguments"] += event.arguments
-    return parse_verdict([calls[i] for i in sorted(calls)], "".join(text))
+    found = [calls[i] for i in sorted(calls)]
+    answer = "".join(text).strip()
+    for call in found:
+        answer += f"\n{call['name']}({call['arguments']})"
+    return replace(
+        parse_verdict(found, "".join(text)), shown=messages[1]["content"], answer=answer.strip()
+    )
 
 
 def parse_verdict(calls: list[dict[str, str]], text: str) -> Verdict:
@@ -309,15 +332,33 @@ def _from_json(source: str) -> Verdict | None:
 # ---- reporting -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Round:
+    """Where a verdict stands in the verify loop."""
+
+    number: int = 1
+    of: int = 1
+    final: bool = True  # no follow-up prompt comes after it
+
+
 async def post(
-    client: ClientSide, session_id: str, verdict: Verdict, turn: TurnView, judge_model: str
-) -> str:
-    """Put ``verdict`` into the session; returns the message id it got."""
+    client: ClientSide,
+    session_id: str,
+    verdict: Verdict,
+    turn: TurnView,
+    judge_model: str,
+    loop: Round = Round(),
+) -> dict[str, Any]:
+    """Put ``verdict`` into the session (and the judge's reasoning into the judge's
+    own session); returns the agent's answer: ``messageId``, ``judgeSessionId``."""
     meta: dict[str, Any] = {
         "verdict": verdict.verdict,
         "reasons": list(verdict.reasons),
         "judgeModel": judge_model,
         "turnMessageId": turn.message_id,
+        "round": loop.number,
+        "maxRounds": loop.of,
+        "final": loop.final,
     }
     if verdict.confidence is not None:
         meta["confidence"] = verdict.confidence
@@ -325,9 +366,15 @@ async def post(
         meta["raw"] = verdict.raw[:2000]
     if verdict.check_exit_code is not None or turn.check is not None:
         meta["checkExitCode"] = verdict.check_exit_code
-    params = {"sessionId": session_id, "text": verdict.line()[:MAX_VERDICT_CHARS], "verdict": meta}
+    params: dict[str, Any] = {
+        "sessionId": session_id,
+        "text": verdict.line()[:MAX_VERDICT_CHARS],
+        "verdict": meta,
+    }
+    if verdict.shown:
+        params["reasoning"] = {"prompt": verdict.shown, "answer": verdict.answer}
     answer = await client.peer.request(POST_VERDICT, params)
-    return str(answer.get("messageId")) if isinstance(answer, dict) else ""
+    return answer if isinstance(answer, dict) else {}
 
 
 # ---- evidence and the loop -----------------------------------------------------------
@@ -367,23 +414,31 @@ async def verify(
     *,
     rubric: str = DEFAULT_RUBRIC,
     check: str | None = None,
+    check_timeout_s: float = 300.0,
     max_rounds: int = 1,
+    cwd: str | None = None,
+    replay_after: int | None = None,
     attached: Callable[[], None] | None = None,
 ) -> AsyncIterator[Judged]:
     """Judge every turn of the session; on "fail", prompt the worker with the reasons
-    and judge its next turn, up to ``max_rounds`` verdicts per person's prompt."""
-    cwd = await _cwd_of(client, session_id)
+    and judge its next turn, up to ``max_rounds`` verdicts per person's prompt.
+    ``replay_after``: see ``watch``."""
+    cwd = cwd or await _cwd_of(client, session_id)
     rounds = 0
-    turns = watch(client, session_id, cwd, attached=attached)
+    turns = watch(client, session_id, cwd, replay_after=replay_after, attached=attached)
     async for turn in turns:
         rounds = rounds + 1 if turn.origin == "judge" else 1
         if turn.stop_reason == "cancelled":
             continue  # somebody stopped it: nothing to judge, and the loop ends
         if check:
-            turn.check = await run_check(check, cwd)
-        verdict = (await ask(router, model, turn, rubric)).with_check(turn.check)
-        await post(client, session_id, verdict, turn, model)
+            turn.check = await run_check(check, cwd, check_timeout_s)
+        try:
+            verdict = await ask(router, model, turn, rubric)
+        except ModelError as exc:  # said in the session: never a silent pass
+            verdict = Verdict("unknown", raw=f"the judge's model failed: {exc}")
+        verdict = verdict.with_check(turn.check)
         again = verdict.verdict == "fail" and rounds < max_rounds
+        await post(client, session_id, verdict, turn, model, Round(rounds, max_rounds, not again))
         followed = again and await _follow_up(client, session_id, verdict)
         yield Judged(turn, verdict, followed)
 

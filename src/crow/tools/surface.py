@@ -25,7 +25,7 @@ from .hub import ToolInfo, ToolResult
 
 __all__ = ["ToolCallView", "title_for"]
 
-Emit = Callable[[dict[str, Any]], Awaitable[None]]
+Emit = Callable[[dict[str, Any]], Awaitable[object]]  # what it returns is not used
 #: rawOutput carries at most this much of a result's text (the content has it all).
 RAW_OUTPUT_CHARS = 20_000
 

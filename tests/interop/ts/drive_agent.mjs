@@ -1,7 +1,10 @@
 #!/usr/bin/env node
 // ACP v2 client driver on @agentclientprotocol/sdk 2.4.0 (/experimental/v2).
 //
-//   node drive_agent.mjs --command "CMD ARGS" [--prompt TEXT] [--timeout-ms MS]
+//   node drive_agent.mjs --command "CMD ARGS" [--prompt TEXT] [--timeout-ms MS] [--verify]
+//
+// --verify asks a Crow agent's judge to verify the session (_meta["crow/verify"])
+// and waits past the idle for the verdict (an agent_message with _meta["crow/verdict"]).
 //
 // Spawns the agent, runs initialize -> session/new -> session/prompt -> wait for
 // running..idle -> session/resume (replay from start) -> session/close, and prints
@@ -18,12 +21,13 @@ configureDriver("drive_agent");
 hookConsole();
 
 function parseArgs(argv) {
-  const opts = { command: undefined, prompt: "hello", timeoutMs: 20000 };
+  const opts = { command: undefined, prompt: "hello", timeoutMs: 20000, verify: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--command") opts.command = argv[++i];
     else if (a === "--prompt") opts.prompt = argv[++i];
     else if (a === "--timeout-ms") opts.timeoutMs = Number(argv[++i]);
+    else if (a === "--verify") opts.verify = true;
     else throw new Error(`unknown argument ${a}`);
   }
   if (!opts.command || !opts.command.trim()) throw new Error("--command is required");
@@ -67,7 +71,13 @@ async function main() {
   const [forSdk, forCheck] = Readable.toWeb(child.stdout).tee();
   void checkStdoutLines(forCheck).catch((e) => fail(e));
   const raw = acp.ndJsonStream(Writable.toWeb(child.stdin), forSdk);
-  return runV2Flow(raw, { driverInfo: DRIVER_INFO, prompt: opts.prompt });
+  const verify = opts.verify
+    ? {
+        newSessionMeta: { "crow/verify": true },
+        untilAfterIdle: (u) => acp.SessionUpdate.isAgentMessage(u) && u._meta?.["crow/verdict"] !== undefined,
+      }
+    : {};
+  return runV2Flow(raw, { driverInfo: DRIVER_INFO, prompt: opts.prompt, ...verify });
 }
 
 main().then(

@@ -123,7 +123,9 @@ export function projectAgentText(updates) {
 }
 
 // Runs the v2 flow (initialize, new, prompt, idle, resume with replay, close) over raw, validated; resolves to the result.
-export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {} }) {
+// newSessionMeta: session/new's _meta; untilAfterIdle(update): after the idle, wait for an update it accepts
+// (a judge's verdict comes after the worker's idle) before the resume.
+export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, newSessionMeta, untilAfterIdle }) {
   const stream = validatingStream(raw, (dir, err) => fail(`${dir} message invalid: ${err}`));
 
   // One projection for the whole connection, installed before session/new (§7.2).
@@ -134,9 +136,12 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {} }) 
   let started = false;
   const liveUpdates = [];
   const replayUpdates = [];
+  const afterIdleUpdates = [];
   let stopReason;
   let resolveIdle;
   const idle = new Promise((r) => (resolveIdle = r));
+  let resolveAfterIdle;
+  const afterIdle = new Promise((r) => (resolveAfterIdle = r));
 
   const onUpdate = (notification) => {
     const u = notification.update;
@@ -157,6 +162,9 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {} }) 
         return;
       }
       liveUpdates.push(u);
+    } else if (phase === "afterIdle") {
+      afterIdleUpdates.push(u);
+      if (untilAfterIdle?.(u)) resolveAfterIdle();
     } else if (phase === "replay") {
       replayUpdates.push(u);
     } else if (phase === "closed") {
@@ -183,7 +191,7 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {} }) 
     }
 
     const cwd = process.cwd();
-    const session = await agent.buildSession(cwd).start();
+    const session = await agent.buildSession(newSessionMeta ? { cwd, _meta: newSessionMeta } : cwd).start();
     sessionId = session.sessionId;
     for (const n of early.splice(0)) onUpdate(n);
 
@@ -191,6 +199,7 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {} }) 
     awaitingStart = true;
     const promptResponse = await session.prompt([{ type: "text", text: prompt }]);
     await idle;
+    if (untilAfterIdle) await afterIdle;
 
     phase = "replay";
     const resumeResponse = await agent.request(acp.methods.agent.session.resume, {
@@ -215,6 +224,7 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {} }) 
       liveUpdates,
       stopReason: stopReason ?? null,
       replayUpdates,
+      afterIdleUpdates,
       resumeResponse,
       agentText: projectAgentText(liveUpdates),
     };

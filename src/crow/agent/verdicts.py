@@ -1,0 +1,161 @@
+"""Verdicts in sessions: what ``_crow/verdict`` writes, and a session's verify setting.
+
+A judge (crow.orchestra.judge, in this process or another) posts its verdict on a
+worker's turn.  The agent puts it into the worker session as an ``agent_message``
+with ``_meta["crow/verdict"]``, so every watcher sees it and a resume replays it.
+The judge's reasoning (what its model was asked, what it answered) goes into the
+judge's own session, one per worker session: an ordinary Crow session, listed,
+resumable, and promptable ("why did you fail it?"); the verdict links to it with
+``judgeSessionId``.
+
+The worker's stored config keeps ``judgedSeq``, the log seq of the last verdict: a
+judge that comes back (after a restart) replays from there and judges a turn that
+ended while it was away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from crow.acp import InvalidParams
+from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+
+from .session import LiveSession, new_id, now
+
+if TYPE_CHECKING:
+    from .service import CrowAgent
+
+__all__ = ["post_verdict", "verify_setting"]
+
+#: The longest judge prompt or answer kept in the judge's session.
+MAX_REASONING_CHARS = 200_000
+
+
+async def post_verdict(agent: CrowAgent, params: dict[str, Any]) -> dict[str, Any]:
+    """``_crow/verdict``: put a judge's verdict into a live session, for everyone."""
+    worker = agent.live_session(str(params.get("sessionId")))
+    text, verdict = params.get("text"), params.get("verdict")
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_VERDICT_CHARS:
+        raise InvalidParams(f"text must be a line of 1 to {MAX_VERDICT_CHARS} characters")
+    if not isinstance(verdict, dict) or verdict.get("verdict") not in VERDICTS:
+        raise InvalidParams(f"verdict.verdict must be one of {', '.join(VERDICTS)}")
+    reasoning = _reasoning(params.get("reasoning"))
+    answer: dict[str, Any] = {}
+    if reasoning is not None:
+        judge = await _record_reasoning(agent, worker, *reasoning, verdict.get("judgeModel"))
+        verdict = {**verdict, "judgeSessionId": judge}
+        answer["judgeSessionId"] = judge
+    message_id = new_id("msg")
+    seq = await worker.emit(
+        {
+            "sessionUpdate": "agent_message",
+            "messageId": message_id,
+            "content": [{"type": "text", "text": text}],
+            "_meta": {VERDICT: verdict},
+        }
+    )
+    if seq is not None:
+        await _remember(agent, worker, judgedSeq=seq)
+    return {"messageId": message_id, **answer}
+
+
+def verify_setting(meta: Any, *, authenticated: bool) -> dict[str, Any] | None:
+    """A ``session/new`` or ``session/resume``'s ``_meta["crow/verify"]``: the
+    session's verify settings, ``{}`` for "off", or None when it does not say.
+    A check command runs on this machine: only an authenticated client may name one."""
+    value = meta.get(VERIFY) if isinstance(meta, dict) else None
+    if value is None:
+        return None
+    if value is False:
+        return {}
+    if value is True:
+        return {"on": True}
+    if not isinstance(value, dict):
+        raise InvalidParams(f"_meta.{VERIFY} must be true, false or an object")
+    setting: dict[str, Any] = {"on": True}
+    rounds = value.get("maxRounds")
+    if rounds is not None:
+        if type(rounds) is not int or not 1 <= rounds <= 20:
+            raise InvalidParams(f"_meta.{VERIFY}.maxRounds must be a whole number from 1 to 20")
+        setting["maxRounds"] = rounds
+    for key in ("rubric", "check"):
+        text = value.get(key)
+        if text is None:
+            continue
+        if not isinstance(text, str) or not text.strip() or len(text) > 4000:
+            raise InvalidParams(f"_meta.{VERIFY}.{key} must be a non-empty string")
+        setting[key] = text
+    if "check" in setting and not authenticated:
+        raise InvalidParams(
+            f"_meta.{VERIFY}.check runs a command: this server has no token, so its "
+            "clients may not name one (set it in [judge] check)"
+        )
+    return setting
+
+
+def _reasoning(value: Any) -> tuple[str, str] | None:
+    if value is None:
+        return None
+    prompt = value.get("prompt") if isinstance(value, dict) else None
+    answer = value.get("answer") if isinstance(value, dict) else None
+    if not isinstance(prompt, str) or not isinstance(answer, str):
+        raise InvalidParams("reasoning must be an object with prompt and answer strings")
+    return prompt[:MAX_REASONING_CHARS], answer[:MAX_REASONING_CHARS] or "(no answer)"
+
+
+async def _record_reasoning(
+    agent: CrowAgent, worker: LiveSession, prompt: str, answer: str, model: Any
+) -> str:
+    """Add one exchange to the worker's judge session (made on first use, or anew
+    when somebody is prompting it); returns its id."""
+    judge = await _judge_session(agent, worker)
+    await judge.emit(
+        {
+            "sessionUpdate": "user_message",
+            "messageId": new_id("msg"),
+            "content": [{"type": "text", "text": prompt}],
+            "_meta": {FROM: "judge"},
+        }
+    )
+    reply: dict[str, Any] = {
+        "sessionUpdate": "agent_message",
+        "messageId": new_id("msg"),
+        "content": [{"type": "text", "text": answer}],
+    }
+    if isinstance(model, str):
+        reply["_meta"] = {"crow/model": model}
+    await judge.emit(reply)
+    await agent.store.append_message(judge.id, {"role": "user", "content": prompt})
+    await agent.store.append_message(judge.id, {"role": "assistant", "content": answer})
+    agent.unload_if_unwatched(judge)
+    return judge.id
+
+
+async def _judge_session(agent: CrowAgent, worker: LiveSession) -> LiveSession:
+    known = worker.record.config.get("judgeSessionId")
+    if isinstance(known, str):
+        live = agent.live.get(known)
+        if live is not None and not live.busy:
+            return live
+        record = None if live is not None else await agent.store.get_session(known)
+        if record is not None:
+            return agent.activate(record)
+    title = f"judge of {worker.title or worker.id}"
+    record = await agent.store.create_session(
+        session_id=new_id("sess"),
+        cwd=worker.record.cwd,
+        now=now(),
+        config={"model": agent.config.judge.model or agent.config.chain[0], "judgeOf": worker.id},
+    )
+    await agent.store.update_session(record.id, title=title)
+    judge = agent.activate(replace(record, title=title))
+    await _remember(agent, worker, judgeSessionId=judge.id)
+    return judge
+
+
+async def _remember(agent: CrowAgent, session: LiveSession, **fields: Any) -> None:
+    """Keep ``fields`` in the session's stored config."""
+    config = {**session.record.config, **fields}
+    session.record = replace(session.record, config=config)
+    await agent.store.update_session(session.id, config=config)
