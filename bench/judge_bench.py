@@ -2,12 +2,14 @@
 
     python bench/judge_bench.py [--turns 30]
 
-``crow serve --http`` with a zero-latency scripted worker model; ``crow judge``
-attached over HTTP with its own zero-latency scripted judge model (a forced
-``verdict`` tool call).  A client sends prompts one after another and measures,
-for each turn, the time from the worker's ``idle`` reaching it to the verdict's
-``agent_message`` reaching it: the judge waking, reading the turn, one model call
-(~1 ms on loopback), and posting.  Target: under 50 ms.
+``crow serve --http`` with a zero-latency scripted worker model, and a judge with
+its own zero-latency scripted judge model (a forced ``verdict`` tool call), two ways:
+``crow judge`` attached over HTTP from another process, and the judge inside
+``crow serve`` (the session opened with ``_meta["crow/verify"]``), which also writes
+its reasoning into its judge session.  A client sends prompts one after another and
+measures, for each turn, the time from the worker's ``idle`` reaching it to the
+verdict's ``agent_message`` reaching it: the judge waking, reading the turn, one
+model call (~1 ms on loopback), and posting.  Target: under 50 ms.
 """
 
 from __future__ import annotations
@@ -30,21 +32,24 @@ from fakemodel import ScriptedModel, Text, ToolCalls  # noqa: E402
 from serve_support import write_config  # noqa: E402
 from test_serve_http import HttpServer, client_for  # noqa: E402
 
-from crow.extensions import VERDICT  # noqa: E402
+from crow.extensions import VERDICT, VERIFY  # noqa: E402
 
 
-async def measure(url: str, turns: int) -> list[float]:
+async def measure(url: str, turns: int, *, resident: bool) -> list[float]:
     client = await client_for(url)
-    session = await client.new_session(tempfile.gettempdir())
-    command = ["judge", "--url", url, "--session", session.id, "--model", "judge"]
-    judge = subprocess.Popen(
-        [sys.executable, "-m", "crow", *command],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert judge.stderr is not None
-    judge.stderr.readline()  # "watching session ..."
+    meta = {VERIFY: True} if resident else None
+    session = await client.new_session(tempfile.gettempdir(), meta=meta)
+    judge = None
+    if not resident:
+        command = ["judge", "--url", url, "--session", session.id, "--model", "judge"]
+        judge = subprocess.Popen(
+            [sys.executable, "-m", "crow", *command],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        assert judge.stderr is not None
+        judge.stderr.readline()  # "watching session ..."
     idle_at: dict[str, float] = {}
     verdict_at: list[float] = []
 
@@ -63,8 +68,9 @@ async def measure(url: str, turns: int) -> list[float]:
             while len(verdict_at) <= n:
                 await client.next_update(session.id)
     finally:
-        judge.terminate()
-        judge.wait(timeout=10)
+        if judge is not None:
+            judge.terminate()
+            judge.wait(timeout=10)
         await client.aclose()
     idles = [idle_at[k] for k in sorted(idle_at, key=int)][-turns:]
     return [1000 * (v - i) for i, v in zip(idles, verdict_at, strict=True)]
@@ -79,18 +85,20 @@ def main() -> int:
         judge.set_default(ToolCalls(calls=[("verdict", {"pass": True, "reasons": ["ok"]})]))
         extra = f'[tools]\nbuiltin = []\n\n[providers.judging]\nbase_url = "{judge.base_url}"\n'
         extra += '\n[models.judge]\nprovider = "judging"\nid = "judge"\n'
+        extra += '\n[judge]\nmodel = "judge"\n'
         write_config(Path(home), worker.base_url, extra=extra)
         os.environ["CROW_HOME"] = home
         server = HttpServer()
         try:
-            gaps = asyncio.run(measure(server.url, args.turns))
+            for name, resident in (("crow judge over HTTP", False), ("inside crow serve", True)):
+                gaps = sorted(asyncio.run(measure(server.url, args.turns, resident=resident)))
+                print(
+                    f"{name}: idle -> verdict posted, {len(gaps)} turns: "
+                    f"p50 {statistics.median(gaps):.1f} ms, "
+                    f"p90 {gaps[int(0.9 * (len(gaps) - 1))]:.1f} ms, max {gaps[-1]:.1f} ms"
+                )
         finally:
             server.stop()
-    gaps.sort()
-    print(
-        f"idle -> verdict posted, {len(gaps)} turns: p50 {statistics.median(gaps):.1f} ms, "
-        f"p90 {gaps[int(0.9 * (len(gaps) - 1))]:.1f} ms, max {gaps[-1]:.1f} ms"
-    )
     return 0
 
 

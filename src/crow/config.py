@@ -358,11 +358,13 @@ def _judge_settings(
     timeout = _positive_float(
         source, "judge.check_timeout_s", table.get("check_timeout_s", d.check_timeout_s)
     )
+    if timeout == 0:
+        raise ConfigError(source, "judge.check_timeout_s", "a positive number", timeout)
     return JudgeSettings(
         model=model,
         rubric=_opt_str(source, "judge.rubric", table.get("rubric")),
         check=_opt_str(source, "judge.check", table.get("check")),
-        check_timeout_s=timeout or d.check_timeout_s,
+        check_timeout_s=timeout,
         max_rounds=_positive_int(source, "judge.max_rounds", table.get("max_rounds", 1)),
         every_session=_bool(source, "judge.every_session", table.get("every_session", False)),
     )

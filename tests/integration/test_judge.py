@@ -291,3 +291,45 @@ async def test_a_person_who_prompts_first_ends_the_loop(
         assert judge_prompts(session) == []
         assert len(scripted_model.requests) == 2
         await client.aclose()
+
+
+async def test_a_judge_started_again_with_pending_judges_the_turn_it_missed(
+    loop_server, scripted_model, judge_model
+):
+    async with asyncio.timeout(90):
+        client = await client_for(loop_server.url)
+        session = await client.new_session("/tmp")
+        scripted_model.script(Text(text="missed"))
+        await session.run("write hello.txt")  # no judge watched this turn
+        judge_model.script(passes("caught up"))
+        judge = await asyncio.to_thread(
+            start_judge, loop_server.url, session.id, "--model", "judge", "--pending"
+        )
+        out, err = await asyncio.to_thread(judge.communicate, timeout=60)
+        assert judge.returncode == 0, err
+        assert out.splitlines() == ["✓ verified: caught up"]
+        [first] = await until_verdict_count(client, session, 1)
+        user_ids = [m.message_id for m in session.projection.messages.values() if m.role == "user"]
+        assert first.meta[VERDICT]["turnMessageId"] == user_ids[0]
+        assert "missed" in judge_model.requests[0]["messages"][1]["content"]
+
+        # Judged now: the next --pending judge leaves that turn alone and waits.
+        judge_model.script(fail("not this time"))
+        judge = await asyncio.to_thread(
+            start_judge, loop_server.url, session.id, "--model", "judge", "--pending"
+        )
+        scripted_model.script(Text(text="second"))
+        await session.run("and again")
+        out, err = await asyncio.to_thread(judge.communicate, timeout=60)
+        assert judge.returncode == 1, err
+        _, second = await until_verdict_count(client, session, 2)
+        user_ids = [m.message_id for m in session.projection.messages.values() if m.role == "user"]
+        assert second.meta[VERDICT]["turnMessageId"] == user_ids[1]
+        assert len(judge_model.requests) == 2
+        await client.aclose()
+
+
+async def until_verdict_count(client, session, n):
+    while len(verdicts(session)) < n:
+        await client.next_update(session.id)
+    return verdicts(session)

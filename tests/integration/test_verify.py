@@ -250,3 +250,46 @@ async def test_a_server_killed_while_judging_judges_the_turn_when_resumed(
             await client.aclose()
         finally:
             again.stop()
+
+
+def test_crow_chat_verify_shows_each_verdict_before_the_next_prompt(configure, scripted_model):
+    scripted_model.script(Text(text="one"), FAIL, Text(text="two"), PASS)
+    done = subprocess.run(
+        [*CROW, "chat", "--verify"],
+        input="first\nsecond\n",
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "one\ntwo\n"
+    lines = done.stderr.splitlines()
+    assert lines.index("✗ judge: nothing was written") < lines.index(
+        "✓ verified: hello.txt holds hello"
+    )
+    # The second prompt was sent after the first verdict: the judge saw "one" alone.
+    assert "one" in scripted_model.requests[1]["messages"][1]["content"]
+    assert "second" in str(scripted_model.requests[2]["messages"])
+
+
+async def test_every_session_is_judged_when_the_config_says_so_but_not_the_judges_own(
+    configure, scripted_model
+):
+    configure(judge="every_session = true")
+    server = HttpServer()
+    try:
+        async with asyncio.timeout(60):
+            client = await client_for(server.url)
+            session = await client.new_session("/tmp")  # nothing asked
+            scripted_model.script(Text(text="hi"), PASS)
+            await session.run("say hi")
+            [verdict] = await until_verdicts(client, session, 1)
+            judge = await client.resume_session(verdict.meta[VERDICT]["judgeSessionId"], "/tmp")
+            scripted_model.script(Text(text="it said hi"))
+            await judge.run("what did it say?")
+            await asyncio.sleep(0.5)  # a verdict would come right after the idle
+            assert verdicts(judge) == []
+            assert len(scripted_model.requests) == 3
+            await client.aclose()
+    finally:
+        server.stop()

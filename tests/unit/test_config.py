@@ -189,6 +189,11 @@ def test_a_file_with_a_fallback_chain_and_overrides(paths):
         ("[memory]\nrecall_limit = 0\n", "memory.recall_limit", "a positive integer"),
         ('[memory]\nauto_recall = "no"\n', "memory.auto_recall", "true or false"),
         ('[tools]\nbuiltin = ["brain"]\n', "tools.builtin", "a list from"),
+        ('[judge]\nmodel = "oracle"\n', "judge.model", "a model of [models]"),
+        ("[judge]\nmax_rounds = 0\n", "judge.max_rounds", "a positive integer"),
+        ("[judge]\ncheck_timeout_s = 0\n", "judge.check_timeout_s", "a positive number"),
+        ("[judge]\nevery_session = 1\n", "judge.every_session", "true or false"),
+        ("[judge]\ncheck = 5\n", "judge.check", "a non-empty string"),
     ],
 )
 def test_config_errors_name_file_key_and_expectation(paths, text, key, expected):
@@ -269,3 +274,21 @@ def test_init_writes_the_model_and_endpoint_it_is_given(paths):
     config = load_config(paths)
     assert config.models["local"].model_id == 'we"ird'
     assert config.providers["ollama"].base_url == "http://gpu:8000/v1"
+
+
+def test_judge_settings(paths):
+    config = load_config(paths)
+    assert (config.judge.model, config.judge.max_rounds, config.judge.every_session) == (
+        None,
+        1,
+        False,
+    )
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[providers.p]\nbase_url = "http://h/v1"\n\n[models.main]\nprovider = "p"\n\n'
+        '[models.strict]\nprovider = "p"\n\n[judge]\nmodel = "strict"\n'
+        'check = "pytest -q"\nmax_rounds = 3\nevery_session = true\n'
+    )
+    config = load_config(paths)
+    assert config.judge.model == "strict" and config.judge.check == "pytest -q"
+    assert config.judge.max_rounds == 3 and config.judge.every_session

@@ -109,6 +109,8 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
             return EXIT_INTERRUPTED
         verdict = None
         if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
+            if not args.json:
+                renderer.finish()  # the reply's last line is done: the status shows below it
             screen.say("the judge is checking the turn")
             if await _wait(session, judged.wait(), screen):
                 return EXIT_INTERRUPTED
@@ -193,7 +195,8 @@ def _ctrl_c_leaves_at_once(screen: Screen) -> Iterator[None]:
 
 async def _wait(session: Session, until: Coroutine[Any, Any, Any], screen: Screen) -> bool:
     """Wait for ``until`` (the turn's end, or the judge's verdict); Ctrl-C cancels the
-    turn, a second one gives up.  True if given up."""
+    turn, a second one gives up, and so does the first while no turn runs (the
+    judge is thinking: there is nothing to cancel).  True if given up."""
     loop = asyncio.get_running_loop()
     presses = 0
     gave_up = asyncio.Event()
@@ -202,7 +205,9 @@ async def _wait(session: Session, until: Coroutine[Any, Any, Any], screen: Scree
     def on_interrupt() -> None:
         nonlocal presses
         presses += 1
-        if presses == 1:
+        if presses == 1 and session.projection.state == "idle" and session.projection.turns == []:
+            gave_up.set()
+        elif presses == 1:
             screen.erase()
             print("\ncrow: cancelling (Ctrl-C again to quit)", file=sys.stderr, flush=True)
             screen.say("cancelling")

@@ -5,7 +5,9 @@
     options: --model NAME (the judge's; default: the chain's first), --rubric TEXT,
              --check CMD (its exit code is evidence: a failing check fails the turn),
              --max-rounds N (on fail, prompt the worker with the reasons; judge again),
-             --once (judge the next prompt, then exit: 0 pass, 1 fail, 3 unknown)
+             --once (judge the next prompt, then exit: 0 pass, 1 fail, 3 unknown),
+             --pending (first judge the session's last turn if no verdict follows it:
+             a judge stopped mid-verdict, started again, finishes its work)
 
 Each verdict is printed on stdout and posted into the worker session, where every
 attached client sees it (an agent message with _meta["crow/verdict"]).
@@ -48,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--once", action="store_true", help="judge the next prompt's turns, then exit"
+    )
+    parser.add_argument(
+        "--pending",
+        action="store_true",
+        help="first judge the last turn if it has no verdict (read by replay)",
     )
 
 
@@ -99,6 +106,7 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
                 rubric=args.rubric or DEFAULT_RUBRIC,
                 check=args.check,
                 max_rounds=args.max_rounds,
+                replay_after=0 if args.pending else None,
                 attached=attached,
             )
             async for done in judged:

@@ -188,7 +188,11 @@ class _Turns:
             return  # before the first turn seen live: the worker's earlier state
         elif kind in ("agent_message", "agent_message_chunk"):
             meta = update.meta if isinstance(update.meta, dict) else {}
-            if VERDICT not in meta and "crow/notice" not in meta:
+            verdict = meta.get(VERDICT)
+            if self.replaying and isinstance(verdict, dict):
+                if verdict.get("turnMessageId") == self.current.message_id:
+                    self.current = None  # judged before: the history holds its verdict
+            elif VERDICT not in meta and "crow/notice" not in meta:
                 self.messages.append(update.message_id)
         elif kind == "tool_call_update":
             self.calls.append(update.tool_call_id)
