@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 from .client import args as client_args
 from .config import ConfigError, Paths, load_config
 from .memory import commands as memory_commands  # light: the store loads when run
+from .orchestra import chain_command  # light: the conductor loads when run
 from .orchestra import command as judge_command  # light: the judge loads when run
 
 EXIT_USAGE = 2
@@ -138,6 +139,12 @@ def main(argv: list[str] | None = None) -> int:
             judge_command.__doc__,
             judge_command.add_arguments,
         ),
+        (
+            "conductor",
+            "run a proxy chain (proxies in front of an agent) as one agent",
+            chain_command.__doc__,
+            chain_command.add_arguments,
+        ),
     ]
     for name, summary, description, add_arguments in documented:
         add_arguments(
@@ -156,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.subcommand == "judge":
         return judge_command.main(args)
+    if args.subcommand == "conductor":
+        return chain_command.main(args)
     if args.subcommand == "memory":
         return memory_commands.main(args)
     if args.subcommand in ("run", "chat", "sessions"):

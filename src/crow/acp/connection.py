@@ -195,9 +195,18 @@ class Connection:
     after its reply is written, ``release()`` returns them as events.
     """
 
-    def __init__(self, *, require_initialize: bool = False, accept_batches: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        require_initialize: bool = False,
+        accept_batches: bool = False,
+        id_prefix: str | None = None,
+    ) -> None:
         self.require_initialize = require_initialize
         self.accept_batches = accept_batches
+        # Outbound ids are integers, or "<prefix><n>" strings: a relay (the conductor)
+        # names each hop's ids so that no two hops of one request share an id.
+        self.id_prefix = id_prefix
         self.is_initialized = not require_initialize
         self._next_id = 0
         self._outbound: dict[str, str] = {}  # id key -> method, awaiting a reply
@@ -411,10 +420,13 @@ class Connection:
         return Response(id=rid, method=method, result=msg.get("result"), error=error)
 
     # ---- outbound -----------------------------------------------------------
-    def request(self, method: str, params: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    def request(
+        self, method: str, params: dict[str, Any] | None
+    ) -> tuple[RequestId, dict[str, Any]]:
         """Mint an id for a new outbound request; returns (id, message)."""
-        rid = self._next_id
+        n = self._next_id
         self._next_id += 1
+        rid: RequestId = n if self.id_prefix is None else f"{self.id_prefix}{n}"
         self._outbound[_id_key(rid)] = method
         msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
         if params is not None:
@@ -444,6 +456,12 @@ class Connection:
         self._settle(rid, ok=False)
         return _error_message(rid, err)
 
+    def relay_error(self, rid: RequestId, error: dict[str, Any]) -> dict[str, Any]:
+        """The reply to ``rid`` carrying an error object received from another peer,
+        unchanged (a relay passes code, message and data through as they came)."""
+        self._settle(rid, ok=False)
+        return {"jsonrpc": "2.0", "id": rid, "error": error}
+
     def _settle(self, rid: RequestId, *, ok: bool) -> None:
         key = _id_key(rid)
         if self._inbound.pop(key, None) is None:
@@ -459,6 +477,10 @@ class Connection:
 
     def owes_reply(self, rid: RequestId) -> bool:
         return _id_key(rid) in self._inbound
+
+    def owed(self) -> list[RequestId]:
+        """The inbound requests still waiting for a reply, oldest first."""
+        return list(self._inbound.values())
 
 
 def _is_id(value: Any) -> TypeGuard[RequestId]:

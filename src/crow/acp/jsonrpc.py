@@ -129,16 +129,28 @@ class Peer:
                     continue
                 if frame is None:
                     break
-                self._dispatch(self.connection.receive(frame))
+                if self._dispatch(self.connection.receive(frame)):
+                    # A response woke a task waiting on it: let it act on the response
+                    # before anything read later is dispatched (a relay forwards the
+                    # updates that followed a response after it, not before).
+                    await asyncio.sleep(0)
         finally:
             await self._shutdown(writer)
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> Any:
+    async def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        envelope: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> Any:
         """Send a request and wait for its result.
 
         Raises the ``AcpError`` subclass matching an error reply, and
         ``ConnectionClosed`` if the connection ends first.  Cancelling the
-        caller withdraws the request with ``$/cancel_request``.
+        caller withdraws the request with ``$/cancel_request``, passed through
+        ``envelope`` if given (a proxy wraps the withdrawal of a request it
+        wrapped, PROXY-CHAINS.md §6).
         """
         if self._closed or self._input_ended:
             raise ConnectionClosed(f"cannot send {method}: the connection is closed")
@@ -153,7 +165,7 @@ class Peer:
             self._waiting.pop(key, None)
             cancel = self.connection.forget_request(rid)
             if cancel is not None and not self._closed:
-                self._enqueue(cancel)
+                self._enqueue(envelope(cancel) if envelope else cancel)
             raise
         if response.error is not None:
             raise AcpError.from_error(response.error)
@@ -177,6 +189,11 @@ class Peer:
             return
         self._queue_frame(frame)
 
+    def cancel_inbound(self, rid: RequestId) -> None:
+        """Cancel the handler of the peer's request ``rid`` (as ``$/cancel_request``
+        does; for a withdrawal that arrived some other way, e.g. wrapped)."""
+        self._cancel_handler(rid)
+
     @property
     def backed_up(self) -> bool:
         """True while the writer is far behind (the peer reads slowly)."""
@@ -192,7 +209,9 @@ class Peer:
         await self.transport.aclose()
 
     # ---- dispatch -------------------------------------------------------------
-    def _dispatch(self, events: list[Event]) -> None:
+    def _dispatch(self, events: list[Event]) -> bool:
+        """Act on events; True if a response was handed to a waiting caller."""
+        woke = False
         for event in events:
             if isinstance(event, Request):
                 self._start_request(event)
@@ -202,12 +221,14 @@ class Peer:
                 future = self._waiting.pop(str(event.id), None)
                 if future is not None and not future.done():
                     future.set_result(event)
+                    woke = True
             elif isinstance(event, CancelRequest):
                 self._cancel_handler(event.id)
             elif isinstance(event, Send):
                 self._enqueue_reply(event.message)
             elif isinstance(event, Batch):
                 self._start_batch(event)
+        return woke
 
     def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)

@@ -1,0 +1,78 @@
+"""crow conductor: run a proxy chain; its client sees one ACP agent.
+
+    crow conductor agent [PROXY ...] AGENT     client → proxies → AGENT
+    crow conductor proxy [PROXY ...]           this chain is itself a proxy of an
+                                               outer conductor (nested chains)
+    options: --trace FILE (every message on every hop, as JSON lines)
+
+Each component is one argument: a shell-style command (leading VAR=value words set
+its environment), or JSON {"command": "...", "args": [...], "env": {...}}.  They
+start at the client's first initialize, the agent first.  Proxies speak the proxy
+role of ACP (_proxy/initialize, _proxy/successor), as the Rust SDK's conductor
+defines it; `crow proxy NAME` runs one of Crow's own.
+
+Exit codes: 0 the client left; 1 a component exited and took the chain down (the
+client's open requests were answered with the reason); 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .conductor import Component
+
+__all__ = ["add_arguments", "main"]
+
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    modes = parser.add_subparsers(dest="mode", metavar="MODE", required=True)
+    for mode, summary, shape in (
+        ("agent", "the last component is the agent", "+"),
+        ("proxy", "the chain is a proxy of an outer conductor", "*"),
+    ):
+        sub = modes.add_parser(mode, help=summary, description=summary)
+        sub.add_argument("components", nargs=shape, metavar="COMPONENT")
+        sub.add_argument("--trace", metavar="FILE", help="write every hop's messages here")
+        sub.add_argument("--log-level", default="WARNING", help="stderr log level")
+
+
+def main(args: argparse.Namespace) -> int:
+    from .conductor import Component, ComponentError
+
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="crow conductor: %(message)s"
+    )
+    try:
+        components = [Component.parse(spec) for spec in args.components]
+    except ComponentError as exc:
+        print(f"crow conductor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    agent = components.pop() if args.mode == "agent" else None
+    try:
+        return asyncio.run(_conduct(components, agent, args.trace))
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        print(f"crow conductor: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+async def _conduct(
+    proxies: list[Component], agent: Component | None, trace_path: str | None
+) -> int:
+    from crow.acp.transports.stdio import open_stdio
+
+    from .conductor import Conductor, Trace
+
+    with contextlib.ExitStack() as stack:
+        trace = Trace(stack.enter_context(open(trace_path, "ab"))) if trace_path else None
+        conductor = Conductor(proxies, agent, trace=trace)
+        return await conductor.run(await open_stdio())

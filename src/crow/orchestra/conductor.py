@@ -1,0 +1,538 @@
+"""The conductor: runs a proxy chain and shows it to its client as one agent.
+
+    client → conductor → proxy 0 … proxy N-1 → agent          (agent mode)
+    outer conductor → conductor → proxy 0 … proxy N-1 → …      (proxy mode, nested)
+
+The wire rules are PROXY-CHAINS.md's (the Rust SDK's ``agent-client-protocol-conductor``):
+
+- Nothing starts before the client's first message, which must be ``initialize``
+  (``_proxy/initialize`` in proxy mode); its raw ``protocolVersion`` picks the chain's
+  version (1, or 2 for anything newer, rewritten to 2).  A refused first message
+  leaves the conductor failed: every later request gets the same error.
+- Then the agent is started, then the proxies; each proxy gets ``_proxy/initialize``
+  and answers it after initializing its successor through ``_proxy/successor``.  The
+  agent's answer must carry the chain's version.
+- Left to right, a message from the client or proxy i-1 goes to proxy i plain, or to
+  the agent as it is.  Right to left, a message from the agent or proxy i goes to
+  proxy i-1 wrapped in ``_proxy/successor``, or to the client as it is.  In proxy mode
+  the last proxy's successor is reached through our own upstream link, wrapped.
+- Every forwarded request gets a fresh id on its hop (``<link>/<n>``); its response
+  or error goes back unchanged to whoever asked, with their id.  ``$/cancel_request``
+  is never forwarded: it is re-issued on the next hop with that hop's id, wrapped
+  when the request went wrapped.
+- Routing is synchronous, in the order each link's messages arrive, and every link
+  writes in order: an update the agent sends before a response reaches the client
+  before it.
+- A component that exits takes the chain down: every request the client is still
+  owed is answered ``-32603`` naming the component, its exit code and its last
+  stderr line, and the conductor exits 1.  When the client goes, the components'
+  stdin closes and they are given a moment to exit, then killed.
+
+Components run in process groups of their own, registered with ``crow.children``:
+a conductor killed outright takes them with it.  Their stderr is passed on to ours,
+each line prefixed with the component's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import shlex
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import orjson
+
+from crow import children
+from crow.acp.chain import (
+    EXPECTED_INITIALIZE,
+    ONLY_CONDUCTOR,
+    PROXY_INITIALIZE,
+    PROXY_SUCCESSOR,
+    refusal,
+    select_version,
+    unwrap,
+    wrap,
+    wrap_message,
+)
+from crow.acp.connection import (
+    CANCEL_REQUEST,
+    INITIALIZE,
+    CancelRequest,
+    Connection,
+    Event,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    Send,
+)
+from crow.acp.errors import AcpError, InternalError, MessageTooLarge
+from crow.acp.jsonrpc import Transport
+from crow.acp.router import MessageTransport
+from crow.acp.transports.stdio import StdioTransport
+
+__all__ = ["Component", "ComponentError", "Conductor"]
+
+log = logging.getLogger("crow.conductor")
+
+#: Lines of a component's stderr kept for the error that reports its exit.
+STDERR_TAIL = 20
+#: How long a component has to exit after its stdin closes, before it is killed.
+EXIT_WAIT_S = 2.0
+_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_JSON_KEYS = {"command", "args", "env"}
+
+
+class ComponentError(ValueError):
+    """A component description that cannot be run (a one-line reason)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """A program of the chain: argv and the environment it adds."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, spec: str) -> Component:
+        """A shell-style command (leading ``VAR=value`` words set the environment),
+        or a JSON object ``{"command": str, "args": [str], "env": {str: str}}``."""
+        if spec.lstrip().startswith("{"):
+            return cls._from_json(spec)
+        try:
+            words = shlex.split(spec)
+        except ValueError as exc:
+            raise ComponentError(f"cannot split {spec!r}: {exc}") from None
+        env: dict[str, str] = {}
+        while words and _ENV_WORD.match(words[0]):
+            name, _, value = words.pop(0).partition("=")
+            env[name] = value
+        if not words:
+            raise ComponentError(f"no command in {spec!r}")
+        return cls(tuple(words), env)
+
+    @classmethod
+    def _from_json(cls, spec: str) -> Component:
+        try:
+            data = json.loads(spec)
+        except ValueError as exc:
+            raise ComponentError(f"not valid JSON: {spec!r} ({exc})") from None
+        unknown = set(data) - _JSON_KEYS if isinstance(data, dict) else set()
+        if not isinstance(data, dict) or unknown:
+            raise ComponentError(f"unknown keys {sorted(unknown)} in {spec!r}")
+        command, args, env = data.get("command"), data.get("args", []), data.get("env", {})
+        if not isinstance(command, str) or not command:
+            raise ComponentError(f'"command" must be a non-empty string in {spec!r}')
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ComponentError(f'"args" must be a list of strings in {spec!r}')
+        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+            raise ComponentError(f'"env" must map names to strings in {spec!r}')
+        return cls((command, *args), dict(env))
+
+    def __str__(self) -> str:
+        return shlex.join(self.argv)
+
+
+class Trace:
+    """``--trace FILE``: every message on every link, one JSON line each."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+
+    def record(self, link: str, direction: str, message: Any) -> None:
+        entry = {"t": round(time.time(), 6), "link": link, "dir": direction, "message": message}
+        with contextlib.suppress(TypeError, ValueError, OSError):
+            self.file.write(orjson.dumps(entry, default=str) + b"\n")
+            self.file.flush()
+
+
+class Link:
+    """One of the conductor's connections: to the client, a proxy or the agent."""
+
+    def __init__(self, name: str, transport: Transport, trace: Trace | None) -> None:
+        self.name = name
+        self.transport = transport
+        self.connection = Connection(id_prefix=f"{name}/")
+        self.out = MessageTransport(transport)  # ordered writes of whole messages
+        self.trace = trace
+        self.process: asyncio.subprocess.Process | None = getattr(transport, "process", None)
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
+        self.command = ""
+        self.stopping = False  # we are closing it: its end is no failure
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.trace is not None:
+            self.trace.record(self.name, "out", message)
+        self.out.send_nowait(message)
+
+    def answer(
+        self, rid: RequestId, *, result: Any = None, error: dict[str, Any] | None = None
+    ) -> None:
+        """Reply to the request ``rid`` this link sent us, once (later replies are dropped)."""
+        if not self.connection.owes_reply(rid):
+            return
+        if error is not None:
+            self.send(self.connection.relay_error(rid, error))
+        else:
+            self.send(self.connection.result(rid, result))
+
+    async def read_events(self) -> list[Event] | None:
+        """The events of the next frame; None at the end of input."""
+        try:
+            frame = await self.transport.read_frame()
+        except MessageTooLarge as exc:
+            return self.connection.receive_oversized(getattr(exc, "prefix", b""))
+        if frame is None:
+            return None
+        if self.trace is not None:
+            try:
+                self.trace.record(self.name, "in", orjson.loads(frame))
+            except orjson.JSONDecodeError:
+                self.trace.record(self.name, "in", frame.decode("utf-8", "replace"))
+        return self.connection.receive(frame)
+
+
+@dataclass
+class _Pending:
+    """A request we forwarded: who asked, with which id, and how to check the answer."""
+
+    origin: Link
+    origin_id: RequestId
+    agent_initialize: bool = False
+
+
+@dataclass
+class _Forwarded:
+    """Where a request went on, for re-issuing its cancellation on that hop."""
+
+    target: Link
+    target_id: RequestId
+    wrapped: bool
+    cancelled: bool = False
+
+
+class Conductor:
+    """One chain.  ``agent`` None: proxy mode (the chain is itself a proxy)."""
+
+    def __init__(
+        self,
+        proxies: Sequence[Component],
+        agent: Component | None,
+        *,
+        trace: Trace | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
+        self.proxy_specs = list(proxies)
+        self.agent_spec = agent
+        self.trace = trace
+        self.stderr = stderr or sys.stderr
+        self.upstream: Link | None = None
+        self.proxies: list[Link] = []
+        self.agent: Link | None = None
+        self.version: int | None = None
+        self._failure: AcpError | None = None  # a refused first message: sticky
+        self._pending: dict[tuple[str, str], _Pending] = {}
+        self._forwarded: dict[tuple[str, str], _Forwarded] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._done = asyncio.Event()
+        self.exit_code = 0
+
+    @property
+    def proxy_mode(self) -> bool:
+        return self.agent_spec is None
+
+    # ---- running --------------------------------------------------------------
+    async def run(self, upstream: Transport) -> int:
+        """Serve the client on ``upstream`` until it leaves or the chain breaks."""
+        self.upstream = Link("client", upstream, self.trace)
+        self._start(self._read(self.upstream), "conductor-client")
+        try:
+            await self._done.wait()
+        finally:
+            await self._stop()
+        return self.exit_code
+
+    def _start(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _read(self, link: Link) -> None:
+        try:
+            while (events := await link.read_events()) is not None:
+                for event in events:
+                    await self._on_event(link, event)
+        except Exception:
+            log.exception("reading from %s failed", link.name)
+        if link is self.upstream:
+            self._done.set()  # the client has gone: so does the chain
+        elif not (self._done.is_set() or link.stopping):
+            await self._component_ended(link)
+
+    async def _on_event(self, link: Link, event: Event) -> None:
+        if isinstance(event, Send):
+            link.send(event.message)  # type: ignore[arg-type]
+        elif isinstance(event, Response):
+            self._on_response(link, event)
+        elif isinstance(event, CancelRequest):
+            self._cancel(link, event.id)
+        elif link is self.upstream and self.version is None:
+            await self._first_message(link, event)
+        elif isinstance(event, (Request, Notification)):
+            self._route(link, event)
+
+    # ---- initialization -------------------------------------------------------
+    async def _first_message(self, link: Link, event: Event) -> None:
+        if not isinstance(event, Request):
+            return  # notifications before initialize are dropped
+        expected = PROXY_INITIALIZE if self.proxy_mode else INITIALIZE
+        if self._failure is None:
+            try:
+                if event.method != expected:
+                    raise refusal(EXPECTED_INITIALIZE)
+                version = select_version(event.params)
+                await self._spawn_all()
+            except AcpError as exc:
+                self._failure = exc
+            else:
+                self.version = version
+                params = dict(event.params or {})
+                params["protocolVersion"] = version
+                self._route(link, Request(id=event.id, method=INITIALIZE, params=params))
+                return
+        link.send(link.connection.error(event.id, self._failure))
+
+    async def _spawn_all(self) -> None:
+        """The agent first, then the proxies (as the Rust conductor does)."""
+        if self.agent_spec is not None:
+            self.agent = await self._spawn(self.agent_spec, "agent")
+        for i, spec in enumerate(self.proxy_specs):
+            self.proxies.append(await self._spawn(spec, f"proxy-{i}"))
+
+    async def _spawn(self, spec: Component, name: str) -> Link:
+        env = children.tagged_env({**os.environ, **spec.env}, f"conductor-{name}")
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *spec.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                limit=1024 * 1024,
+            )
+        except OSError as exc:
+            await self._stop_components()
+            raise InternalError(
+                f"cannot start {name} ({spec}): {exc.strerror or exc}",
+                data={"component": name, "command": list(spec.argv)},
+            ) from None
+        children.register(process.pid)
+        assert process.stdout is not None and process.stdin is not None
+        link = Link(
+            name, StdioTransport(process.stdout, process.stdin, process=process), self.trace
+        )
+        link.command = str(spec)
+        self._start(self._pass_stderr(link, process.stderr), f"conductor-{name}-stderr")
+        self._start(self._read(link), f"conductor-{name}")
+        return link
+
+    async def _pass_stderr(self, link: Link, stream: asyncio.StreamReader | None) -> None:
+        if stream is None:
+            return
+        while line := await stream.readline():
+            text = line.decode("utf-8", "replace").rstrip()
+            link.stderr_tail.append(text)
+            with contextlib.suppress(OSError, ValueError):
+                print(f"[{link.name}] {text}", file=self.stderr, flush=True)
+
+    # ---- routing --------------------------------------------------------------
+    def _position(self, link: Link) -> int:
+        """0…N-1 for the proxies, N for the agent (or, in proxy mode, our successor)."""
+        return self.proxies.index(link) if link in self.proxies else len(self.proxies)
+
+    def _route(self, link: Link, event: Request | Notification) -> None:
+        if link is self.upstream:
+            self._from_upstream(event)
+        elif link is self.agent:
+            self._toward_client(len(self.proxies), link, event)
+        elif event.method == PROXY_SUCCESSOR:
+            self._from_proxy_to_successor(link, event)
+        else:
+            self._toward_client(self._position(link), link, event)
+
+    def _from_upstream(self, event: Request | Notification) -> None:
+        assert self.upstream is not None
+        if self.proxy_mode and event.method == PROXY_SUCCESSOR:
+            # Proxy mode: our predecessor's successor traffic is for our last proxy.
+            inner = self._unwrapped(self.upstream, event)
+            if inner is not None:
+                self._toward_client(len(self.proxies), self.upstream, inner)
+            return
+        if event.method == PROXY_INITIALIZE and isinstance(event, Request):
+            if not self.proxy_mode:
+                self._refuse(self.upstream, event.id, ONLY_CONDUCTOR)
+                return
+            event = Request(id=event.id, method=INITIALIZE, params=event.params)
+        self._toward_agent(0, self.upstream, event)
+
+    def _from_proxy_to_successor(self, link: Link, event: Request | Notification) -> None:
+        inner = self._unwrapped(link, event)
+        if inner is None:
+            return
+        if inner.method == PROXY_INITIALIZE:
+            if isinstance(inner, Request):
+                self._refuse(link, inner.id, ONLY_CONDUCTOR)
+            return
+        self._toward_agent(self._position(link) + 1, link, inner)
+
+    def _unwrapped(
+        self, link: Link, event: Request | Notification
+    ) -> Request | Notification | None:
+        """The message inside a ``_proxy/successor``; a withdrawal is handled here."""
+        try:
+            method, params = unwrap(event.params)
+        except AcpError as exc:
+            if isinstance(event, Request):
+                link.send(link.connection.error(event.id, exc))
+            return None
+        if method == CANCEL_REQUEST:
+            target = params.get("requestId") if isinstance(params, dict) else None
+            if isinstance(target, (int, str)) and not isinstance(target, bool):
+                self._cancel(link, target)
+            if isinstance(event, Request):
+                link.answer(event.id, result={})
+            return None
+        if isinstance(event, Request):
+            return Request(id=event.id, method=method, params=params)
+        return Notification(method=method, params=params)
+
+    def _toward_agent(self, k: int, source: Link, event: Request | Notification) -> None:
+        """From the client (k = 0) or proxy k-1, to proxy k, the agent or our successor."""
+        if k < len(self.proxies):
+            method = PROXY_INITIALIZE if event.method == INITIALIZE else event.method
+            self._forward(source, event, self.proxies[k], method, wrapped=False)
+        elif self.agent is not None:
+            self._forward(source, event, self.agent, event.method, wrapped=False)
+        else:
+            assert self.upstream is not None
+            self._forward(source, event, self.upstream, event.method, wrapped=True)
+
+    def _toward_client(self, i: int, source: Link, event: Request | Notification) -> None:
+        """From proxy i, the agent or our successor (i = N), to proxy i-1 or the client."""
+        if i > 0:
+            self._forward(source, event, self.proxies[i - 1], event.method, wrapped=True)
+        else:
+            assert self.upstream is not None
+            self._forward(source, event, self.upstream, event.method, wrapped=False)
+
+    def _forward(
+        self,
+        source: Link,
+        event: Request | Notification,
+        target: Link,
+        method: str,
+        *,
+        wrapped: bool,
+    ) -> None:
+        params = event.params
+        if wrapped:
+            method, params = PROXY_SUCCESSOR, wrap(method, params)
+        if isinstance(event, Notification):
+            target.send(target.connection.notification(method, params))
+            return
+        out_id, message = target.connection.request(method, params)
+        checks_version = target is self.agent and method == INITIALIZE
+        self._pending[(target.name, str(out_id))] = _Pending(source, event.id, checks_version)
+        self._forwarded[(source.name, str(event.id))] = _Forwarded(target, out_id, wrapped)
+        target.send(message)
+
+    def _on_response(self, link: Link, response: Response) -> None:
+        pending = self._pending.pop((link.name, str(response.id)), None)
+        if pending is None:
+            return
+        self._forwarded.pop((pending.origin.name, str(pending.origin_id)), None)
+        error = response.error
+        if error is None and pending.agent_initialize:
+            error = self._version_mismatch(response.result)
+        pending.origin.answer(pending.origin_id, result=response.result, error=error)
+
+    def _version_mismatch(self, result: Any) -> dict[str, Any] | None:
+        """An error if the agent's ``initialize`` answer is not in the chain's version."""
+        answered = result.get("protocolVersion") if isinstance(result, dict) else None
+        if answered == self.version:
+            return None
+        return InternalError(
+            f"the agent answered initialize with protocolVersion {answered!r}, "
+            f"but this chain runs protocol version {self.version}",
+            data={"expected": self.version, "received": answered},
+        ).to_error()
+
+    def _cancel(self, link: Link, rid: RequestId) -> None:
+        """``link`` withdrew its request ``rid``: withdraw it on the next hop, once."""
+        forwarded = self._forwarded.get((link.name, str(rid)))
+        if forwarded is None or forwarded.cancelled:
+            return  # unknown, finished or already withdrawn: ignored (§6)
+        forwarded.cancelled = True
+        target = forwarded.target
+        cancel = target.connection.notification(CANCEL_REQUEST, {"requestId": forwarded.target_id})
+        target.send(wrap_message(cancel) if forwarded.wrapped else cancel)
+
+    def _refuse(self, link: Link, rid: RequestId, rule: str) -> None:
+        link.send(link.connection.error(rid, refusal(rule)))
+
+    # ---- ending ---------------------------------------------------------------
+    async def _component_ended(self, link: Link) -> None:
+        """A component closed its output: the chain cannot go on without it."""
+        code: int | None = None
+        if link.process is not None:
+            with contextlib.suppress(TimeoutError):
+                code = await asyncio.wait_for(link.process.wait(), EXIT_WAIT_S)
+            await asyncio.sleep(0.05)  # its last stderr lines
+        if self._done.is_set() or link.stopping:
+            return
+        how = f"exited with code {code}" if code is not None else "closed its connection"
+        last = next((line for line in reversed(link.stderr_tail) if line.strip()), "")
+        message = f"the chain's {link.name} ({link.command}) {how}" + (f": {last}" if last else "")
+        log.error("%s", message)
+        error = InternalError(
+            message,
+            data={"component": link.name, "exitCode": code, "stderr": list(link.stderr_tail)},
+        ).to_error()
+        upstream = self.upstream
+        assert upstream is not None
+        for rid in upstream.connection.owed():
+            upstream.answer(rid, error=error)
+        self.exit_code = 1
+        self._done.set()
+
+    async def _stop(self) -> None:
+        if self.upstream is not None:
+            await self.upstream.out.close()
+        await self._stop_components()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _stop_components(self) -> None:
+        links = [*self.proxies, *([self.agent] if self.agent else [])]
+        await asyncio.gather(*(self._stop_one(link) for link in links), return_exceptions=True)
+
+    async def _stop_one(self, link: Link) -> None:
+        link.stopping = True
+        await link.out.close()  # closes its stdin; waits for it to exit, then kills it
+        if link.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(link.process.pid, signal.SIGKILL)  # what it left in its group
+            children.unregister(link.process.pid)

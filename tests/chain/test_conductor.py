@@ -1,0 +1,542 @@
+"""crow conductor: the 20 scenarios of PROXY-CHAINS.md §14, over real processes.
+
+Every component is a real subprocess (Crow's echo agent, the arrow proxy, scripted
+agents and proxies); the client writes raw bytes.  What each component saw is read
+from the conductor's own ``--trace`` (a JSON line per message per hop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import ROOT, RawAgent
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+ECHO = shlex.join([PY, str(ROOT / "examples" / "echo_agent.py")])
+ARROW = shlex.join([PY, str(ROOT / "examples" / "arrow_proxy.py")])
+PASS = shlex.join([PY, str(ROOT / "examples" / "arrow_proxy.py"), "--prefix", ""])
+SCRIPTED = shlex.join([PY, str(HERE / "scripted_agent.py")])
+CONDUCTOR = [PY, "-m", "crow", "conductor"]
+V2 = {"protocolVersion": 2, "info": {"name": "chain-test", "version": "1"}}
+V1 = {"protocolVersion": 1, "clientInfo": {"name": "chain-test", "version": "1"}}
+
+
+def scripted_proxy(*args: str) -> str:
+    return shlex.join([PY, str(HERE / "scripted_proxy.py"), *args])
+
+
+class Chain(RawAgent):
+    """A conductor subprocess, driven with raw bytes, with its trace at hand."""
+
+    def __init__(self, tmp_path: Path, *components: str, mode: str = "agent") -> None:
+        self.trace_path = tmp_path / f"trace-{time.monotonic_ns()}.jsonl"
+        super().__init__([*CONDUCTOR, mode, "--trace", str(self.trace_path), *components])
+
+    def hops(self) -> list[dict[str, Any]]:
+        if not self.trace_path.exists():
+            return []
+        return [json.loads(line) for line in self.trace_path.read_text().splitlines()]
+
+    def sent_to(self, link: str, method: str | None = None) -> list[dict[str, Any]]:
+        """The messages the conductor wrote to ``link`` (optionally: of one method)."""
+        return [
+            hop["message"]
+            for hop in self.hops()
+            if hop["link"] == link
+            and hop["dir"] == "out"
+            and (method is None or hop["message"].get("method") == method)
+        ]
+
+    def wait_for(self, predicate: Any, timeout: float = 10.0) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if found := [hop for hop in self.hops() if predicate(hop)]:
+                return found
+            time.sleep(0.02)
+        raise AssertionError("the trace never showed it")
+
+
+@pytest.fixture
+def chains(tmp_path: Path) -> Any:
+    made: list[Chain] = []
+
+    def make(*components: str, mode: str = "agent") -> Chain:
+        chain = Chain(tmp_path, *components, mode=mode)
+        made.append(chain)
+        return chain
+
+    yield make
+    for chain in made:
+        chain.close()
+
+
+def text_of(updates: list[dict[str, Any]]) -> str:
+    return "".join(
+        m["params"]["update"]["content"]["text"]
+        for m in updates
+        if m.get("method") == "session/update"
+        and m["params"]["update"].get("sessionUpdate") == "agent_message_chunk"
+    )
+
+
+def prompt(chain: Chain, sid: str, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    params = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+    return chain.request("session/prompt", params)
+
+
+def echo_turn(chain: Chain, text: str = "hi") -> str:
+    """initialize, session/new and one prompt to an echo agent; the reply's text."""
+    assert chain.request("initialize", V2)[0]["result"]["protocolVersion"] == 2
+    sid = chain.new_session()
+    prompt(chain, sid, text)
+    updates = chain.until_update(
+        lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle"
+    )
+    return text_of(updates)
+
+
+# ---- 1, 2: initialization -------------------------------------------------------
+def test_1_each_proxy_is_initialized_before_its_successor(chains: Any) -> None:
+    chain = chains(PASS, PASS, SCRIPTED)
+    response, _ = chain.request("initialize", V2)
+    assert response["result"]["protocolVersion"] == 2
+    order = [
+        (hop["link"], hop["message"]["method"])
+        for hop in chain.hops()
+        if hop["dir"] == "out" and "initialize" in str(hop["message"].get("method"))
+    ]
+    assert order == [
+        ("proxy-0", "_proxy/initialize"),
+        ("proxy-1", "_proxy/initialize"),
+        ("agent", "initialize"),
+    ]
+    for link in ("proxy-0", "proxy-1", "agent"):
+        (sent,) = [m for m in chain.sent_to(link) if "initialize" in m.get("method", "")]
+        assert sent["params"] == V2
+    assert response["result"]["_futureInitializeResponseField"] is True
+
+
+def test_2_no_proxies_the_agent_answers_unchanged(chains: Any) -> None:
+    chain = chains(SCRIPTED)
+    response, _ = chain.request("initialize", V2)
+    assert response["result"]["_futureInitializeResponseField"] is True
+    assert [m["method"] for m in chain.sent_to("agent")] == ["initialize"]
+
+
+# ---- 3, 4: arrows and nested conductors -----------------------------------------
+@pytest.mark.parametrize("arrows", [1, 2])
+def test_3_arrow_proxies_prefix_the_reply(chains: Any, arrows: int) -> None:
+    assert echo_turn(chains(*[ARROW] * arrows, ECHO)) == ">" * arrows + "Echo: hi"
+
+
+def test_3_arrow_in_a_v1_chain(chains: Any) -> None:
+    chain = chains(ARROW, SCRIPTED)
+    assert chain.request("initialize", V1)[0]["result"]["protocolVersion"] == 1
+    sid = chain.new_session()
+    response, before = prompt(chain, sid, "hello")
+    assert response["result"]["stopReason"] == "end_turn"
+    assert text_of(before) == ">hello"
+
+
+def test_4_nested_conductor(chains: Any) -> None:
+    inner = shlex.join([*CONDUCTOR, "proxy", ARROW, ARROW])
+    assert echo_turn(chains(inner, ECHO)) == ">>Echo: hi"
+
+
+def test_4_empty_nested_conductor_is_a_passthrough(chains: Any) -> None:
+    inner = shlex.join([*CONDUCTOR, "proxy"])
+    assert echo_turn(chains(inner, ECHO)) == "Echo: hi"
+
+
+# ---- 5, 6, 7: who may initialize whom --------------------------------------------
+def test_5_only_the_conductor_sends_proxy_initialize(chains: Any) -> None:
+    chain = chains(scripted_proxy("bad"), SCRIPTED)
+    response, _ = chain.request("initialize", V2)
+    assert response["error"]["code"] == -32600
+    assert response["error"]["data"] == "initialize/proxy requests are only sent by the conductor"
+    assert chain.sent_to("agent") == []
+
+
+def test_5_a_client_may_not_send_proxy_initialize(chains: Any) -> None:
+    chain = chains(SCRIPTED)
+    chain.request("initialize", V2)
+    response, _ = chain.request("_proxy/initialize", V2)
+    assert response["error"]["code"] == -32600
+    assert "only sent by the conductor" in response["error"]["data"]
+
+
+def test_6_a_proxy_refuses_plain_initialize() -> None:
+    proxy = RawAgent(shlex.split(PASS))
+    try:
+        response, _ = proxy.request("initialize", V2)
+        assert response["error"]["code"] == -32600
+        assert response["error"]["data"] == "proxies must be initialized with `_proxy/initialize`"
+    finally:
+        proxy.close()
+
+
+def test_7_the_first_message_must_be_initialize_and_the_failure_sticks(chains: Any) -> None:
+    chain = chains(ECHO)
+    for _ in range(2):
+        response, _ = chain.request("session/new", {"cwd": "/tmp", "mcpServers": []})
+        assert response["error"]["code"] == -32600
+        assert response["error"]["data"] == "expected `initialize` request"
+    response, _ = chain.request("initialize", V2)  # too late: the chain stays failed
+    assert response["error"]["data"] == "expected `initialize` request"
+    assert chain.hops() and not any(hop["link"] == "agent" for hop in chain.hops())
+
+
+# ---- 8-12: ids and cancellation, hop by hop ---------------------------------------
+def test_8_every_hop_has_its_own_ids(chains: Any) -> None:
+    chain = chains(PASS, SCRIPTED)
+    response, _ = chain.request("initialize", V2, id=7)
+    assert response["id"] == 7
+    ids = [m["id"] for link in ("proxy-0", "agent") for m in chain.sent_to(link, "initialize")]
+    ids += [m["id"] for m in chain.sent_to("proxy-0", "_proxy/initialize")]
+    assert 7 not in ids and len(set(ids)) == 2
+
+
+def test_9_a_client_cancel_is_reissued_once_per_hop(chains: Any) -> None:
+    chain = chains(PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    sid = chain.new_session()
+    request = {"sessionId": sid, "prompt": [{"type": "text", "text": "wait"}]}
+    chain.send({"jsonrpc": "2.0", "id": 50, "method": "session/prompt", "params": request})
+    chain.wait_for(
+        lambda hop: hop["link"] == "agent" and hop["message"].get("method") == "session/prompt"
+    )
+    chain.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 50}})
+    response, _ = chain.until_response(50)
+    assert response["error"]["code"] == -32800
+    (agent_prompt,) = chain.sent_to("agent", "session/prompt")
+    cancels = chain.sent_to("agent", "$/cancel_request")
+    assert [c["params"]["requestId"] for c in cancels] == [agent_prompt["id"]]
+    assert agent_prompt["id"] != 50
+    assert prompt(chain, sid, "barrier")[0]["result"]["stopReason"] == "end_turn"
+
+
+def test_9_a_cancel_in_the_same_write_still_gets_one_answer(chains: Any) -> None:
+    chain = chains(PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    sid = chain.new_session()
+    request = {"sessionId": sid, "prompt": [{"type": "text", "text": "wait"}]}
+    chain.write(
+        json.dumps(
+            {"jsonrpc": "2.0", "id": 51, "method": "session/prompt", "params": request}
+        ).encode()
+        + b"\n"
+        + json.dumps(
+            {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 51}}
+        ).encode()
+        + b"\n"
+    )
+    response, _ = chain.until_response(51)
+    assert response["error"]["code"] == -32800
+    assert prompt(chain, sid, "barrier")[0]["result"]["stopReason"] == "end_turn"
+    assert chain.nothing_within(0.3)  # no second answer to 51
+    # Whatever reached the agent was withdrawn there once, with the agent's own id.
+    sent = chain.sent_to("agent", "session/prompt")[:-1]
+    cancels = chain.sent_to("agent", "$/cancel_request")
+    assert [c["params"]["requestId"] for c in cancels] == [m["id"] for m in sent]
+
+
+def test_10_an_agent_cancel_reaches_the_client_with_its_id(chains: Any) -> None:
+    chain = chains(PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    sid = chain.new_session()
+    chain.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 60,
+            "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "ask-cancel"}]},
+        }
+    )
+    question = chain.recv()
+    assert question["method"] == "session/request_permission"
+    cancel = chain.recv()
+    assert cancel == {
+        "jsonrpc": "2.0",
+        "method": "$/cancel_request",
+        "params": {"requestId": question["id"]},
+    }
+    chain.send({"jsonrpc": "2.0", "id": question["id"], "error": {"code": -32800, "message": "x"}})
+    response, _ = chain.until_response(60)
+    assert response["result"]["_meta"]["answer"]["error"]["code"] == -32800
+    assert len([m for m in chain.sent_to("client") if m.get("method") == "$/cancel_request"]) == 1
+
+
+def test_11_a_cancelled_prompt_withdraws_its_permission_question(chains: Any) -> None:
+    chain = chains(ARROW, SCRIPTED)
+    chain.request("initialize", V2)
+    sid = chain.new_session()
+    params = {"sessionId": sid, "prompt": [{"type": "text", "text": "ask"}]}
+    chain.send({"jsonrpc": "2.0", "id": 70, "method": "session/prompt", "params": params})
+    question = chain.recv()
+    assert question["method"] == "session/request_permission"
+    chain.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 70}})
+    # The client's answer and the agent's withdrawal of its question, in either order.
+    first, second = chain.recv(), chain.recv()
+    withdrawn, response = (first, second) if "method" in first else (second, first)
+    assert withdrawn == {
+        "jsonrpc": "2.0",
+        "method": "$/cancel_request",
+        "params": {"requestId": question["id"]},
+    }
+    assert response["id"] == 70 and response["error"]["code"] == -32800
+    chain.send({"jsonrpc": "2.0", "id": question["id"], "error": {"code": -32800, "message": "x"}})
+    (agent_prompt,) = chain.sent_to("agent", "session/prompt")
+    assert [c["params"]["requestId"] for c in chain.sent_to("agent", "$/cancel_request")] == [
+        agent_prompt["id"]
+    ]
+    response, before = prompt(chain, sid, "barrier")
+    assert text_of(before) == ">barrier"
+
+
+@pytest.mark.parametrize("stage", ["initialize", "session/new"])
+def test_12_initialize_and_session_new_can_be_cancelled(chains: Any, stage: str) -> None:
+    chain = chains(PASS, shlex.join([PY, str(HERE / "scripted_agent.py")]))
+    if stage == "session/new":
+        chain.request("initialize", V2)
+        params: dict[str, Any] = {"cwd": "/wait", "mcpServers": []}
+        chain.send({"jsonrpc": "2.0", "id": 80, "method": stage, "params": params})
+        chain.wait_for(lambda hop: hop["link"] == "agent" and hop["message"].get("method") == stage)
+        chain.send({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 80}})
+        response, _ = chain.until_response(80)
+        assert response["error"]["code"] == -32800
+        (sent,) = chain.sent_to("agent", stage)
+        cancels = chain.sent_to("agent", "$/cancel_request")
+        assert [c["params"]["requestId"] for c in cancels] == [sent["id"]]
+    else:
+        # The initialize is withdrawn while the proxy waits on the agent: the proxy
+        # gets exactly one cancel with its own id, and the client an answer.
+        chain.write(
+            json.dumps({"jsonrpc": "2.0", "id": 81, "method": "initialize", "params": V2}).encode()
+            + b"\n"
+            + json.dumps(
+                {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 81}}
+            ).encode()
+            + b"\n"
+        )
+        response, _ = chain.until_response(81)
+        assert "result" in response or response["error"]["code"] == -32800
+        (sent,) = chain.sent_to("proxy-0", "_proxy/initialize")
+        cancels = chain.sent_to("proxy-0", "$/cancel_request")
+        assert [c["params"]["requestId"] for c in cancels] == [sent["id"]]
+
+
+# ---- 13, 14: what passes through, in which order -----------------------------------
+def test_13_meta_reaches_the_agent_unchanged(chains: Any) -> None:
+    chain = chains(PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    sid = chain.new_session()
+    meta = {"traceparent": "00-abc-def-01", "tracestate": "k=v", "baggage": "a=b"}
+    params = {"sessionId": sid, "prompt": [{"type": "text", "text": "x"}], "_meta": meta}
+    chain.request("session/prompt", params)
+    (sent,) = chain.sent_to("agent", "session/prompt")
+    assert sent["params"] == params
+
+
+def test_14_updates_sent_before_a_response_arrive_before_it(chains: Any) -> None:
+    chain = chains(PASS, PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    response, before = chain.request("session/resume", {"sessionId": "s1", "cwd": "/tmp"})
+    assert "result" in response
+    assert [m["params"]["update"]["content"][0]["text"] for m in before] == ["replayed"]
+    later = chain.recv()
+    assert later["params"]["update"]["content"][0]["text"] == "later"
+
+
+# ---- 15, 16, 17: versions ----------------------------------------------------------
+@pytest.mark.parametrize(("asked", "runs"), [(2, 2), (3, 2), (1, 1)])
+def test_15_the_chain_runs_one_version_end_to_end(chains: Any, asked: int, runs: int) -> None:
+    chain = chains(PASS, SCRIPTED)
+    params = {**(V1 if asked == 1 else V2), "protocolVersion": asked}
+    response, _ = chain.request("initialize", params)
+    assert response["result"]["protocolVersion"] == runs
+    for link in ("proxy-0", "agent"):
+        (sent,) = [m for m in chain.sent_to(link) if "initialize" in m.get("method", "")]
+        assert sent["params"]["protocolVersion"] == runs
+
+
+@pytest.mark.parametrize(
+    ("params", "code", "message"),
+    [
+        ({}, -32602, "initialize.protocolVersion must be a valid ACP protocol version"),
+        ({"protocolVersion": "2"}, -32602, "must be a valid ACP protocol version"),
+        ({"protocolVersion": 0}, -32600, "unsupported ACP protocol version 0"),
+    ],
+)
+def test_16_bad_versions_are_refused_at_once(
+    chains: Any, params: dict[str, Any], code: int, message: str
+) -> None:
+    chain = chains(ECHO)
+    started = time.monotonic()
+    response, _ = chain.request("initialize", params)
+    assert time.monotonic() - started < 5
+    assert response["error"]["code"] == code
+    assert message in response["error"]["message"]
+
+
+@pytest.mark.parametrize("answer", ["1", "none"])
+def test_17_an_agent_answering_another_version_fails_initialize(chains: Any, answer: str) -> None:
+    agent = shlex.join([PY, str(HERE / "scripted_agent.py"), "--answer-version", answer])
+    chain = chains(PASS, agent)
+    response, _ = chain.request("initialize", V2)
+    assert response["error"]["code"] == -32603
+    assert "protocolVersion" in response["error"]["message"]
+
+
+# ---- 18, 19: MCP over ACP ------------------------------------------------------------
+def test_18_mcp_over_acp_reaches_the_proxy_that_serves_it(chains: Any) -> None:
+    chain = chains(scripted_proxy("mcp", "S"), PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    response, _ = chain.request("session/new", {"cwd": "/tmp", "mcpServers": []})
+    assert response["result"]["_meta"]["mcpServers"] == [
+        {"type": "acp", "name": "test", "serverId": "S"}
+    ]
+    response, _ = prompt(chain, "s1", "mcp S")
+    seen = response["result"]["_meta"]["seen"]
+    assert seen["connect"]["result"] == {"connectionId": "conn-1"}
+    assert seen["message"]["result"]["echo"] == "tools/list"
+    assert seen["disconnect"]["result"] == {}
+    notes = [
+        m["params"]["params"]
+        for m in chain.sent_to("proxy-0", "_proxy/successor")
+        if "id" not in m and m["params"]["method"] == "mcp/message"
+    ]
+    assert notes == [{"connectionId": "conn-1", "method": "notifications/initialized"}]
+
+
+def test_18_an_unknown_mcp_server_travels_up_to_the_client(chains: Any) -> None:
+    chain = chains(scripted_proxy("mcp", "S"), PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    chain.new_session()
+    chain.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 90,
+            "method": "session/prompt",
+            "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": "mcp OTHER"}]},
+        }
+    )
+    asked = chain.recv()
+    assert asked["method"] == "mcp/connect" and asked["params"] == {"serverId": "OTHER"}
+    chain.send({"jsonrpc": "2.0", "id": asked["id"], "error": {"code": -32002, "message": "no"}})
+    response, _ = chain.until_response(90)
+    assert response["result"]["_meta"]["seen"]["connect"]["error"]["code"] == -32002
+
+
+def test_19_an_injected_server_keeps_the_others(chains: Any) -> None:
+    chain = chains(scripted_proxy("mcp", "S"), SCRIPTED)
+    chain.request("initialize", V2)
+    mine = {"type": "stdio", "name": "mine", "command": "x", "args": [], "env": []}
+    for method in ("session/new", "session/resume"):
+        response, _ = chain.request(
+            method, {"cwd": "/tmp", "sessionId": "s1", "mcpServers": [mine]}
+        )
+        assert response["result"]["_meta"]["mcpServers"] == [
+            mine,
+            {"type": "acp", "name": "test", "serverId": "S"},
+        ]
+
+
+# ---- 20: anything else passes through ----------------------------------------------
+def test_20_unknown_methods_and_their_errors_pass_through(chains: Any) -> None:
+    chain = chains(PASS, PASS, SCRIPTED)
+    chain.request("initialize", V2)
+    response, _ = chain.request("_vendor/ping", {"x": 1})
+    assert response["error"] == {
+        "code": -32601,
+        "message": "Method not found",
+        "data": {"method": "_vendor/ping"},
+    }
+    (sent,) = chain.sent_to("agent", "_vendor/ping")
+    assert sent["params"] == {"x": 1}
+
+
+# ---- the chain's lifecycle -------------------------------------------------------------
+def test_a_component_that_dies_takes_the_chain_down_with_a_reason(chains: Any) -> None:
+    dying = shlex.join(
+        [PY, "-c", "import sys; sys.stdin.readline(); print('boom', file=sys.stderr); sys.exit(3)"]
+    )
+    chain = chains(PASS, dying)
+    response, _ = chain.request("initialize", V2)
+    assert response["error"]["code"] == -32603
+    assert "agent" in response["error"]["message"] and "code 3" in response["error"]["message"]
+    assert "boom" in response["error"]["message"]
+    assert chain.proc.wait(timeout=10) == 1
+
+
+def test_a_component_that_cannot_start_fails_initialize(chains: Any) -> None:
+    chain = chains("/nonexistent/agent --flag")
+    response, _ = chain.request("initialize", V2)
+    assert response["error"]["code"] == -32603
+    assert "cannot start agent" in response["error"]["message"]
+
+
+def test_the_components_end_with_the_client(chains: Any, tmp_path: Path) -> None:
+    chain = chains(PASS, ECHO)
+    echo_turn(chain)
+    pids = _descendants(chain.proc.pid)
+    assert len(pids) >= 2
+    assert chain.close() == 0
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ['{"command": "x", "argz": []}', '{"args": ["a"]}', "FOO=bar", "'unclosed"],
+)
+def test_a_bad_component_is_a_usage_error(spec: str) -> None:
+    done = subprocess.run([*CONDUCTOR, "agent", spec], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.startswith("crow conductor: ") and done.stdout == ""
+
+
+def test_components_take_json_and_environment(chains: Any, tmp_path: Path) -> None:
+    log = tmp_path / "agent.log"
+    spec = json.dumps(
+        {
+            "command": PY,
+            "args": [str(HERE / "scripted_agent.py")],
+            "env": {"SCRIPTED_AGENT_LOG": str(log)},
+        }
+    )
+    chain = chains(f"SCRIPTED_AGENT_LOG={shlex.quote(str(log))} {PASS}", spec)
+    chain.request("initialize", V2)
+    assert json.loads(log.read_text().splitlines()[0])["method"] == "initialize"
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found + [d for child in found for d in _descendants(child)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
