@@ -28,8 +28,10 @@ from typing import Any, NoReturn
 from .client import args as client_args
 from .config import ConfigError, Paths, load_config
 from .memory import commands as memory_commands  # light: the store loads when run
-from .orchestra import chain_command  # light: the conductor loads when run
-from .orchestra import command as judge_command  # light: the judge loads when run
+
+# Light modules: what they run loads when they are run.
+from .orchestra import chain_command, proxy_command
+from .orchestra import command as judge_command
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -145,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             chain_command.__doc__,
             chain_command.add_arguments,
         ),
+        (
+            "proxy",
+            "run one of Crow's proxies (judge) inside a proxy chain",
+            proxy_command.__doc__,
+            proxy_command.add_arguments,
+        ),
     ]
     for name, summary, description, add_arguments in documented:
         add_arguments(
@@ -165,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         return judge_command.main(args)
     if args.subcommand == "conductor":
         return chain_command.main(args)
+    if args.subcommand == "proxy":
+        return proxy_command.main(args)
     if args.subcommand == "memory":
         return memory_commands.main(args)
     if args.subcommand in ("run", "chat", "sessions"):

@@ -37,12 +37,15 @@ __all__ = [
     "DEFAULT_RUBRIC",
     "Check",
     "Round",
+    "ToolCallView",
     "TurnView",
     "Verdict",
     "ask",
+    "follow_up_text",
     "parse_verdict",
     "post",
     "run_check",
+    "verdict_meta",
     "verify",
     "watch",
 ]
@@ -355,6 +358,21 @@ async def post(
 ) -> dict[str, Any]:
     """Put ``verdict`` into the session (and the judge's reasoning into the judge's
     own session); returns the agent's answer: ``messageId``, ``judgeSessionId``."""
+    params: dict[str, Any] = {
+        "sessionId": session_id,
+        "text": verdict.line()[:MAX_VERDICT_CHARS],
+        "verdict": verdict_meta(verdict, turn, judge_model, loop),
+    }
+    if verdict.shown:
+        params["reasoning"] = {"prompt": verdict.shown, "answer": verdict.answer}
+    answer = await client.peer.request(POST_VERDICT, params)
+    return answer if isinstance(answer, dict) else {}
+
+
+def verdict_meta(
+    verdict: Verdict, turn: TurnView, judge_model: str, loop: Round = Round()
+) -> dict[str, Any]:
+    """The ``_meta["crow/verdict"]`` of a verdict message."""
     meta: dict[str, Any] = {
         "verdict": verdict.verdict,
         "reasons": list(verdict.reasons),
@@ -370,15 +388,7 @@ async def post(
         meta["raw"] = verdict.raw[:2000]
     if verdict.check_exit_code is not None or turn.check is not None:
         meta["checkExitCode"] = verdict.check_exit_code
-    params: dict[str, Any] = {
-        "sessionId": session_id,
-        "text": verdict.line()[:MAX_VERDICT_CHARS],
-        "verdict": meta,
-    }
-    if verdict.shown:
-        params["reasoning"] = {"prompt": verdict.shown, "answer": verdict.answer}
-    answer = await client.peer.request(POST_VERDICT, params)
-    return answer if isinstance(answer, dict) else {}
+    return meta
 
 
 # ---- evidence and the loop -----------------------------------------------------------
@@ -452,14 +462,9 @@ async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> b
     person took over) or gone."""
     from crow.acp import AcpError, schema
 
-    reasons = "\n".join(f"- {reason}" for reason in verdict.reasons) or "- (none given)"
-    text = (
-        "A reviewer checked your last turn and found problems:\n"
-        f"{reasons}\nFix them, then say briefly what you changed."
-    )
     request = schema.PromptRequest(
         session_id=session_id,
-        prompt=[schema.TextContent(text=text)],
+        prompt=[schema.TextContent(text=follow_up_text(verdict))],
         meta={FROM: "judge"},
     )
     try:
@@ -467,6 +472,15 @@ async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> b
     except AcpError:
         return False
     return True
+
+
+def follow_up_text(verdict: Verdict) -> str:
+    """The prompt that asks the worker to fix what the judge found."""
+    reasons = "\n".join(f"- {reason}" for reason in verdict.reasons) or "- (none given)"
+    return (
+        "A reviewer checked your last turn and found problems:\n"
+        f"{reasons}\nFix them, then say briefly what you changed."
+    )
 
 
 def _raw_text(value: Any) -> str:

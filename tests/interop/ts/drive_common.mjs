@@ -79,8 +79,10 @@ export function hookConsole() {
 }
 
 // Spawns the agent command (stdin/stdout piped); fails if it cannot start or exits before the result.
+/** command: words split at whitespace, or a JSON array of argv (for quoted arguments). */
 export function spawnAgent(command) {
-  const [cmd, ...args] = command.trim().split(/\s+/);
+  const argv = command.trim().startsWith("[") ? JSON.parse(command) : command.trim().split(/\s+/);
+  const [cmd, ...args] = argv;
   const child = spawn(cmd, args, { stdio: ["pipe", "pipe", "inherit"] });
   cleanup = () => {
     try {

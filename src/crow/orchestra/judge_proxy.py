@@ -1,0 +1,275 @@
+"""``crow proxy judge``: the judge as a chain component, in front of any ACP agent.
+
+    crow conductor agent "crow proxy judge" "ANY-AGENT ..."
+
+The proxy passes everything through and reads along: the prompts going to the
+agent and the updates coming back.  When a turn ends (v2: the agent's ``idle``
+after its ``running``; v1: the prompt's answer) it asks the judge model about the
+turn (crow.orchestra.judge.ask, with the check command's result as evidence) and
+sends the client the verdict: an agent message whose ``_meta["crow/verdict"]`` is
+the one crow serve's own judge writes.  In v2 it comes right after the ``idle``;
+in v1, where nothing follows a turn's answer, just before that answer.
+
+With ``--max-rounds N`` (v2) a failing verdict prompts the agent with the reasons
+(``_meta["crow/from"] = "judge"``) and the next turn is judged too, up to N
+verdicts per prompt; a client's prompt or ``session/cancel`` ends the loop.
+
+It advertises ``_meta["crow/verify"]`` in its ``initialize`` answer, so
+``crow run --verify`` waits for its verdict; a session's ``_meta["crow/verify"]``
+(``{"check": CMD}`` included) is taken by the proxy and not passed on, so a Crow
+agent behind it does not judge the turn a second time.  Its verdicts are the
+proxy's own: the agent does not store them, so they do not replay on resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from crow.acp.proxy import ProxySide
+from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERIFY
+
+from .judge import (
+    Check,
+    Round,
+    ToolCallView,
+    TurnView,
+    Verdict,
+    follow_up_text,
+    verdict_meta,
+)
+
+__all__ = ["JudgeProxy", "TurnFolder"]
+
+log = logging.getLogger("crow.proxy.judge")
+
+#: Judges a turn: (turn, the session's cwd, its check command) -> verdict.
+JudgeFn = Callable[[TurnView, str, "str | None"], Awaitable[Verdict]]
+
+
+@dataclass
+class TurnFolder:
+    """What one turn did, folded from raw ``session/update``s (v1 or v2)."""
+
+    request: str
+    message_id: str = ""
+    origin: str | None = None
+    active: bool = False  # v2: running seen
+    replies: dict[str, str] = field(default_factory=dict)  # message id -> text
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def apply(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "user_message" and isinstance(update.get("messageId"), str):
+            self.message_id = update["messageId"]
+        elif kind == "agent_message_chunk":
+            key = str(update.get("messageId", ""))
+            self.replies[key] = self.replies.get(key, "") + _text(update.get("content"))
+        elif kind == "agent_message" and VERDICT not in (update.get("_meta") or {}):
+            self.replies[str(update.get("messageId", ""))] = _text(update.get("content"))
+        elif kind in ("tool_call", "tool_call_update"):
+            call = self.calls.setdefault(str(update.get("toolCallId")), {})
+            for key, value in update.items():
+                if key == "content" and isinstance(value, list):
+                    call["output"] = " ".join(_text(c.get("content")) for c in value)
+                elif value is not None:
+                    call[key] = value
+        elif kind == "state_update" and update.get("state") in ("running", "requires_action"):
+            self.active = True
+
+    def view(self, stop_reason: Any) -> TurnView:
+        calls = [
+            ToolCallView(
+                title=str(call.get("title") or call_id),
+                kind=str(call.get("kind", "other")),
+                status=str(call.get("status", "")),
+                input=call.get("rawInput"),
+                output=str(call.get("output") or call.get("rawOutput") or "").strip(),
+            )
+            for call_id, call in self.calls.items()
+        ]
+        return TurnView(
+            message_id=self.message_id,
+            request=self.request,
+            reply="\n".join(t for t in self.replies.values() if t),
+            tool_calls=calls,
+            stop_reason=None if stop_reason is None else str(stop_reason),
+            origin=self.origin,
+        )
+
+
+@dataclass
+class _Session:
+    cwd: str
+    check: str | None
+    turn: TurnFolder | None = None
+    rounds: int = 0  # verdicts since the client's last prompt
+
+
+class JudgeProxy:
+    """Wires the judge into a ``ProxySide``."""
+
+    def __init__(
+        self,
+        proxy: ProxySide,
+        judge: JudgeFn,
+        *,
+        judge_model: str,
+        check: str | None = None,
+        max_rounds: int = 1,
+    ) -> None:
+        self.proxy = proxy
+        self.judge = judge
+        self.judge_model = judge_model
+        self.check = check
+        self.max_rounds = max_rounds
+        self.sessions: dict[str, _Session] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        proxy.on_predecessor("_proxy/initialize", self._initialize)
+        for method in ("session/new", "session/load", "session/resume"):
+            proxy.on_predecessor(method, self._setup(method))
+        proxy.on_predecessor("session/prompt", self._prompt)
+        proxy.on_predecessor_notification("session/cancel", self._cancel)
+        proxy.on_successor_notification("session/update", self._update)
+
+    @property
+    def v1(self) -> bool:
+        return self.proxy.protocol_version == 1
+
+    async def _initialize(self, params: Any) -> Any:
+        result = await self.proxy.request_successor("initialize", params)
+        if isinstance(result, dict):
+            key = "agentCapabilities" if self.v1 else "capabilities"
+            capabilities = result.setdefault(key, {})
+            if isinstance(capabilities, dict):
+                capabilities.setdefault("_meta", {})[VERIFY] = True
+        return result
+
+    def _setup(self, method: str) -> Callable[[Any], Awaitable[Any]]:
+        async def setup(params: Any) -> Any:
+            params = dict(params or {})
+            meta = dict(params.get("_meta") or {})
+            asked = meta.pop(VERIFY, None)  # ours: the agent behind must not judge too
+            if "_meta" in params:
+                params["_meta"] = meta
+            result = await self.proxy.request_successor(method, params)
+            sid = params.get("sessionId") or (result or {}).get("sessionId")
+            if isinstance(sid, str):
+                check = asked.get("check") if isinstance(asked, dict) else None
+                self.sessions[sid] = _Session(
+                    str(params.get("cwd") or "."), check if isinstance(check, str) else self.check
+                )
+            return result
+
+        return setup
+
+    def _session(self, params: Any) -> tuple[str, _Session | None]:
+        sid = params.get("sessionId") if isinstance(params, dict) else None
+        return (sid, self.sessions.get(sid)) if isinstance(sid, str) else ("", None)
+
+    async def _prompt(self, params: Any) -> Any:
+        sid, session = self._session(params)
+        if session is not None:
+            session.rounds = 0  # a person's prompt starts the loop over
+            session.turn = TurnFolder(request=_text((params or {}).get("prompt")))
+        result = await self.proxy.request_successor("session/prompt", params)
+        if self.v1 and session is not None and session.turn is not None:
+            turn, session.turn = session.turn, None  # v1: the answer ends the turn
+            await self._judge(sid, session, turn.view(result.get("stopReason")))
+        return result
+
+    async def _cancel(self, params: Any) -> None:
+        _, session = self._session(params)
+        if session is not None:
+            session.rounds = self.max_rounds  # a cancel ends the verify loop
+        await self.proxy.notify_successor("session/cancel", params)
+
+    async def _update(self, params: Any) -> None:
+        await self.proxy.notify_predecessor("session/update", params)
+        sid, session = self._session(params)
+        update = params.get("update") if isinstance(params, dict) else None
+        if session is None or session.turn is None or not isinstance(update, dict):
+            return
+        session.turn.apply(update)
+        ended = update.get("sessionUpdate") == "state_update" and update.get("state") == "idle"
+        if ended and session.turn.active and not self.v1:
+            turn, session.turn = session.turn, None
+            self._spawn(self._judge(sid, session, turn.view(update.get("stopReason"))))
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _judge(self, sid: str, session: _Session, turn: TurnView) -> None:
+        if turn.stop_reason == "cancelled":
+            return  # somebody stopped it: nothing to judge
+        session.rounds += 1
+        try:
+            verdict = await self.judge(turn, session.cwd, session.check)
+        except Exception as exc:  # said to the client: never a silent pass
+            log.exception("the judge failed")
+            verdict = Verdict("unknown", raw=f"the judge failed: {exc}")
+        again = verdict.verdict == "fail" and session.rounds < self.max_rounds and not self.v1
+        loop = Round(session.rounds, self.max_rounds, not again)
+        await self.proxy.notify_predecessor(
+            "session/update", self._verdict(sid, verdict, turn, loop)
+        )
+        if again:
+            await self._follow_up(sid, session, verdict)
+
+    def _verdict(self, sid: str, verdict: Verdict, turn: TurnView, loop: Round) -> dict[str, Any]:
+        text = {"type": "text", "text": verdict.line()[:MAX_VERDICT_CHARS]}
+        meta: dict[str, Any] = {VERDICT: verdict_meta(verdict, turn, self.judge_model, loop)}
+        update: dict[str, Any]
+        if self.v1:
+            update = {"sessionUpdate": "agent_message_chunk", "content": text, "_meta": meta}
+        else:
+            message_id = f"msg_v_{uuid.uuid4().hex[:12]}"
+            update = {
+                "sessionUpdate": "agent_message",
+                "messageId": message_id,
+                "content": [text],
+                "_meta": meta,
+            }
+        return {"sessionId": sid, "update": update}
+
+    async def _follow_up(self, sid: str, session: _Session, verdict: Verdict) -> None:
+        text = follow_up_text(verdict)
+        session.turn = TurnFolder(request=text, origin="judge")
+        params = {
+            "sessionId": sid,
+            "prompt": [{"type": "text", "text": text}],
+            "_meta": {FROM: "judge"},
+        }
+        try:
+            await self.proxy.request_successor("session/prompt", params)
+        except Exception as exc:
+            log.warning("the follow-up prompt was refused: %s", exc)
+            session.turn = None
+
+
+def with_check(judge: JudgeFn, timeout_s: float = 300.0) -> JudgeFn:
+    """``judge`` with the check command's result as evidence (run first, time-limited,
+    through Crow's terminal MCP server)."""
+    from .judge import run_check
+
+    async def judged(turn: TurnView, cwd: str, check: str | None) -> Verdict:
+        evidence: Check | None = await run_check(check, cwd, timeout_s) if check else None
+        verdict = await judge(replace(turn, check=evidence), cwd, check)
+        return verdict.with_check(evidence)
+
+    return judged
+
+
+def _text(value: Any) -> str:
+    """The text of a content block, or of a list of them."""
+    if isinstance(value, list):
+        return "".join(_text(block) for block in value)
+    if isinstance(value, dict) and value.get("type") == "text":
+        return str(value.get("text", ""))
+    return ""
