@@ -7,9 +7,13 @@ first, then the judge's answer.
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,3 +142,163 @@ def test_the_judge_proxy_in_a_v1_chain_speaks_before_the_answer(configured):
         assert verdicts[0]["reasons"] == ["nothing was written"]
     finally:
         client.close()
+
+
+# ---- crow proxy record --------------------------------------------------------------
+RECORD = shlex.join([*CROW, "proxy", "record"])
+SCRIPTED = shlex.join([PY, str(ROOT / "tests" / "chain" / "scripted_agent.py")])
+
+
+def crow_sessions(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CROW, "sessions", *args], capture_output=True, text=True, timeout=60, cwd="/tmp"
+    )
+
+
+def test_record_keeps_a_third_party_agents_session_for_crow(configured):
+    client = RawAgent(shlex.split(chain(RECORD, f"{TS_ECHO} --chunks 2")))
+    try:
+        client.initialize()
+        sid = client.new_session()
+        for text in ("first question", "second"):
+            client.request(
+                "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+            )
+            client.until_update(
+                lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle"
+            )
+    finally:
+        assert client.close() == 0
+    listed = crow_sessions()
+    assert sid in listed.stdout and "first question" in listed.stdout, listed.stderr
+    shown = crow_sessions("show", sid)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("Echo: first question") == 1
+    assert "Echo: second" in shown.stdout
+    # crow serve resumes it, replays it, and carries the conversation on.
+    configured.script(Text(text="I remember"))
+    serve = RawAgent(shlex.split(SERVE))
+    try:
+        serve.initialize()
+        params = {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        response, replayed = serve.request("session/resume", params)
+        assert "result" in response, response
+        kinds = [m["params"]["update"]["sessionUpdate"] for m in replayed]
+        assert kinds.count("user_message") == 2 and kinds[-1] == "state_update"
+        serve.request(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "and?"}]}
+        )
+        serve.until_update(lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle")
+        history = [m["content"] for m in configured.requests[0]["messages"][1:]]
+        assert history[:4] == ["first question", "Echo: first question", "second", "Echo: second"]
+    finally:
+        serve.close()
+
+
+def test_record_turns_a_v1_agents_turns_into_v2_sessions(configured):
+    client = RawAgent(shlex.split(chain(RECORD, SCRIPTED)))
+    try:
+        client.request("initialize", V1)
+        response, _ = client.request("session/new", {"cwd": "/tmp", "mcpServers": []})
+        sid = response["result"]["sessionId"]
+        client.request(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "v1 words"}]}
+        )
+    finally:
+        assert client.close() == 0
+    serve = RawAgent(shlex.split(SERVE))
+    try:
+        serve.initialize()
+        params = {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        response, replayed = serve.request("session/resume", params)
+        assert "result" in response, response
+        updates = [m["params"]["update"] for m in replayed]
+        assert [u["sessionUpdate"] for u in updates] == [
+            "user_message",
+            "agent_message_chunk",
+            "state_update",
+        ]
+        assert updates[1]["content"]["text"] == "v1 words" and updates[1]["messageId"]
+        assert updates[2]["state"] == "idle"
+    finally:
+        serve.close()
+
+
+def test_a_killed_recorder_leaves_a_turn_crow_closes(configured):
+    client = RawAgent(shlex.split(chain(RECORD, SCRIPTED)))
+    try:
+        client.request("initialize", V1)
+        response, _ = client.request("session/new", {"cwd": "/tmp", "mcpServers": []})
+        sid = response["result"]["sessionId"]
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": "wait"}]}
+        client.send({"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params": params})
+        recorder = _descendant_running("proxy record", client.proc.pid)
+        _until(lambda: _session_state(sid) == "running")
+        os.kill(recorder, signal.SIGKILL)  # mid-turn, holding the turn's lease
+        answer, _ = client.until_response(5)
+        assert answer["error"]["code"] == -32603 and "proxy-0" in answer["error"]["message"]
+    finally:
+        client.close()
+    serve = RawAgent(shlex.split(SERVE))
+    try:
+        serve.initialize()
+        params = {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "start"}}
+        response, replayed = serve.request("session/resume", params)
+        assert "result" in response, response
+        updates = [m["params"]["update"] for m in replayed]
+        assert updates[-1]["state"] == "idle"
+        assert any((u.get("_meta") or {}).get("crow/notice") for u in updates), updates
+    finally:
+        serve.close()
+
+
+def _session_state(sid: str) -> str | None:
+    from crow.config import Paths
+    from crow.store.db import Store
+
+    store = Store(Paths.from_env().store)
+    try:
+        record = store.get_session(sid)
+        return record.state if record else None
+    finally:
+        store.close()
+
+
+def _until(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "it never happened"
+        time.sleep(0.05)
+
+
+def _descendant_running(needle: str, ancestor: int) -> int:
+    """The pid of a descendant of ``ancestor`` whose command line holds ``needle``."""
+    found: list[int] = []
+
+    def look() -> bool:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if needle.encode() in cmdline and _descends(int(proc.name), ancestor):
+                found.append(int(proc.name))
+                return True
+        return False
+
+    _until(look)
+    return found[0]
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+        if pid == ancestor:
+            return True
+    return False

@@ -27,79 +27,21 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crow.acp.proxy import ProxySide
 from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERIFY
 
-from .judge import (
-    Check,
-    Round,
-    ToolCallView,
-    TurnView,
-    Verdict,
-    follow_up_text,
-    verdict_meta,
-)
+from .judge import Check, Round, TurnView, Verdict, follow_up_text, verdict_meta
+from .turns import TurnFolder, text_of
 
-__all__ = ["JudgeProxy", "TurnFolder"]
+__all__ = ["JudgeProxy", "with_check"]
 
 log = logging.getLogger("crow.proxy.judge")
 
 #: Judges a turn: (turn, the session's cwd, its check command) -> verdict.
 JudgeFn = Callable[[TurnView, str, "str | None"], Awaitable[Verdict]]
-
-
-@dataclass
-class TurnFolder:
-    """What one turn did, folded from raw ``session/update``s (v1 or v2)."""
-
-    request: str
-    message_id: str = ""
-    origin: str | None = None
-    active: bool = False  # v2: running seen
-    replies: dict[str, str] = field(default_factory=dict)  # message id -> text
-    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def apply(self, update: dict[str, Any]) -> None:
-        kind = update.get("sessionUpdate")
-        if kind == "user_message" and isinstance(update.get("messageId"), str):
-            self.message_id = update["messageId"]
-        elif kind == "agent_message_chunk":
-            key = str(update.get("messageId", ""))
-            self.replies[key] = self.replies.get(key, "") + _text(update.get("content"))
-        elif kind == "agent_message" and VERDICT not in (update.get("_meta") or {}):
-            self.replies[str(update.get("messageId", ""))] = _text(update.get("content"))
-        elif kind in ("tool_call", "tool_call_update"):
-            call = self.calls.setdefault(str(update.get("toolCallId")), {})
-            for key, value in update.items():
-                if key == "content" and isinstance(value, list):
-                    call["output"] = " ".join(_text(c.get("content")) for c in value)
-                elif value is not None:
-                    call[key] = value
-        elif kind == "state_update" and update.get("state") in ("running", "requires_action"):
-            self.active = True
-
-    def view(self, stop_reason: Any) -> TurnView:
-        calls = [
-            ToolCallView(
-                title=str(call.get("title") or call_id),
-                kind=str(call.get("kind", "other")),
-                status=str(call.get("status", "")),
-                input=call.get("rawInput"),
-                output=str(call.get("output") or call.get("rawOutput") or "").strip(),
-            )
-            for call_id, call in self.calls.items()
-        ]
-        return TurnView(
-            message_id=self.message_id,
-            request=self.request,
-            reply="\n".join(t for t in self.replies.values() if t),
-            tool_calls=calls,
-            stop_reason=None if stop_reason is None else str(stop_reason),
-            origin=self.origin,
-        )
 
 
 @dataclass
@@ -175,7 +117,7 @@ class JudgeProxy:
         sid, session = self._session(params)
         if session is not None:
             session.rounds = 0  # a person's prompt starts the loop over
-            session.turn = TurnFolder(request=_text((params or {}).get("prompt")))
+            session.turn = TurnFolder(request=text_of((params or {}).get("prompt")))
         result = await self.proxy.request_successor("session/prompt", params)
         if self.v1 and session is not None and session.turn is not None:
             turn, session.turn = session.turn, None  # v1: the answer ends the turn
@@ -216,11 +158,18 @@ class JudgeProxy:
             verdict = Verdict("unknown", raw=f"the judge failed: {exc}")
         again = verdict.verdict == "fail" and session.rounds < self.max_rounds and not self.v1
         loop = Round(session.rounds, self.max_rounds, not again)
+        await self._tell(sid, verdict, turn, loop)
+        if again and not await self._follow_up(sid, session, verdict):
+            # No next round after all: the verdict stands, and says so (a client
+            # waits for the final one).
+            reasons = (*verdict.reasons, "the agent did not take the follow-up prompt")
+            last = Round(session.rounds, self.max_rounds, True)
+            await self._tell(sid, replace(verdict, reasons=reasons), turn, last)
+
+    async def _tell(self, sid: str, verdict: Verdict, turn: TurnView, loop: Round) -> None:
         await self.proxy.notify_predecessor(
             "session/update", self._verdict(sid, verdict, turn, loop)
         )
-        if again:
-            await self._follow_up(sid, session, verdict)
 
     def _verdict(self, sid: str, verdict: Verdict, turn: TurnView, loop: Round) -> dict[str, Any]:
         text = {"type": "text", "text": verdict.line()[:MAX_VERDICT_CHARS]}
@@ -238,7 +187,7 @@ class JudgeProxy:
             }
         return {"sessionId": sid, "update": update}
 
-    async def _follow_up(self, sid: str, session: _Session, verdict: Verdict) -> None:
+    async def _follow_up(self, sid: str, session: _Session, verdict: Verdict) -> bool:
         text = follow_up_text(verdict)
         session.turn = TurnFolder(request=text, origin="judge")
         params = {
@@ -251,6 +200,8 @@ class JudgeProxy:
         except Exception as exc:
             log.warning("the follow-up prompt was refused: %s", exc)
             session.turn = None
+            return False
+        return True
 
 
 def with_check(judge: JudgeFn, timeout_s: float = 300.0) -> JudgeFn:
@@ -264,12 +215,3 @@ def with_check(judge: JudgeFn, timeout_s: float = 300.0) -> JudgeFn:
         return verdict.with_check(evidence)
 
     return judged
-
-
-def _text(value: Any) -> str:
-    """The text of a content block, or of a list of them."""
-    if isinstance(value, list):
-        return "".join(_text(block) for block in value)
-    if isinstance(value, dict) and value.get("type") == "text":
-        return str(value.get("text", ""))
-    return ""

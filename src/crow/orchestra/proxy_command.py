@@ -4,6 +4,9 @@
     crow proxy judge [--model NAME] [--rubric TEXT] [--check CMD] [--max-rounds N]
         after each turn, the judge model's verdict on it goes to the client (an
         agent message with _meta["crow/verdict"], as crow serve's own judge posts)
+    crow proxy record [--store FILE]
+        the agent's sessions go into Crow's session store (default: the home's
+        crow.db): crow sessions lists them, crow serve resumes and replays them
 
 A proxy speaks ACP on stdin/stdout to its conductor (the proxy role: it is
 initialized with _proxy/initialize), so it runs inside a chain, never alone.
@@ -37,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judge.add_argument(
         "--max-rounds", type=int, help="v2: on fail, prompt the agent again, up to N verdicts"
     )
-    for sub in (judge,):
+    record = names.add_parser("record", help="keep the agent's sessions in Crow's store")
+    record.add_argument("--store", help="the session store (default: $CROW_HOME/crow.db)")
+    for sub in (judge, record):
         sub.add_argument("--log-level", default="WARNING", help="stderr log level")
 
 
@@ -54,8 +59,9 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"crow proxy: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    run = {"judge": _judge, "record": _record}[args.proxy]
     try:
-        return asyncio.run(_judge(args, config))
+        return asyncio.run(run(args, config))
     except KeyboardInterrupt:
         return 130
     except LookupError as exc:
@@ -96,4 +102,26 @@ async def _judge(args: argparse.Namespace, config: Config) -> int:
         await proxy.serve()
     finally:
         await router.aclose()
+    return 0
+
+
+async def _record(args: argparse.Namespace, config: Config) -> int:
+    from crow.acp import open_stdio
+    from crow.acp.proxy import ProxySide
+    from crow.config import Paths
+    from crow.store.aio import AsyncStore
+    from crow.store.db import Store, StoreError
+
+    from .record_proxy import RecordProxy
+
+    try:
+        store = AsyncStore(Store(args.store or Paths.from_env().store))
+    except StoreError as exc:
+        raise LookupError(str(exc)) from None
+    proxy = ProxySide(await open_stdio())
+    recorder = RecordProxy(proxy, store)
+    try:
+        await proxy.serve()
+    finally:
+        await recorder.aclose()
     return 0
