@@ -137,6 +137,7 @@ class McpServerSpec:
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 120.0  # one tool call
     trusted: bool = False  # its tools' annotations (read-only, crow/kind) set their permission
+    acp_server_id: str | None = None  # MCP over ACP: a server the client serves itself
 
 
 PERMISSION_DECISIONS = ("allow", "ask", "deny")
@@ -166,6 +167,7 @@ class ToolSettings:
     remembered: dict[str, str] = field(default_factory=dict)  # tool -> allow|deny, saved
     yolo: bool = False  # run everything without asking
     ask_client_servers: bool = False  # ask (kind execute) before a client-named stdio server starts
+    acp_servers: bool = False  # accept {"type": "acp"} servers (MCP over ACP; unstable)
     #: Decisions for single tools, before their kind's: memory's own from [memory].
     tool_policies: dict[str, str] = field(default_factory=dict)
 
@@ -652,6 +654,7 @@ def _tool_settings(
         ask_client_servers=_bool(
             source, "mcp.ask_client_servers", mcp.get("ask_client_servers", False)
         ),
+        acp_servers=_bool(source, "mcp.acp_servers", mcp.get("acp_servers", False)),
         # Memory is Crow's own store: its writes need not ask like file edits.
         tool_policies={"memory__remember": memory.remember, "memory__forget": memory.forget},
     )

@@ -76,6 +76,8 @@ yolo = false          # true: run every tool without asking
 
 [mcp]
 ask_client_servers = false   # true: ask before starting an MCP server a client names
+acp_servers = false          # true: accept {"type": "acp"} servers the client serves itself
+                             # (MCP over ACP, an unstable ACP v2 surface)
 
 [memory]              # long-term memory in $CROW_HOME/memory (crow memory --help)
 embedder = "offline"  # offline: all-MiniLM-L6-v2 in process (the local extra); none: text

@@ -7,6 +7,7 @@ first, then the judge's answer.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -302,3 +303,68 @@ def _descends(pid: int, ancestor: int) -> bool:
         if pid == ancestor:
             return True
     return False
+
+
+# ---- crow proxy memory, and MCP over ACP in crow serve ----------------------------------
+MEMORY = shlex.join([*CROW, "proxy", "memory"])
+
+
+def memory_config(crow_home: Path, base_url: str, *, acp: bool) -> None:
+    extra = (
+        '[tools]\nbuiltin = []\n\n[permissions]\nother = "allow"\n\n'
+        f'[mcp]\nacp_servers = {str(acp).lower()}\n\n[memory]\nembedder = "none"\n'
+    )
+    write_config(crow_home, base_url, extra=extra)
+
+
+@pytest.mark.parametrize("over_acp", [True, False], ids=["mcp-over-acp", "stdio"])
+def test_the_memory_proxy_gives_crow_serve_memory_tools(
+    crow_home, scripted_model, over_acp, tmp_path
+):
+    memory_config(crow_home, scripted_model.base_url, acp=over_acp)
+    remember = {"text": "the staging host is kestrel", "scope": "project"}
+    scripted_model.script(
+        ToolCalls(calls=[("crow-memory__remember", remember)]),
+        Text(text="noted"),
+        ToolCalls(calls=[("crow-memory__recall", {"query": "staging host"})]),
+        Text(text="kestrel"),
+    )
+    trace = tmp_path / "trace.jsonl"
+    client = RawAgent([*CROW, "conductor", "agent", "--trace", str(trace), MEMORY, SERVE])
+    try:
+        response = client.initialize()
+        assert ("acp" in response["result"]["capabilities"]["session"]["mcp"]) is over_acp
+        sid = client.new_session()
+        for text in ("remember the staging host", "which staging host?"):
+            params = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+            client.request("session/prompt", params)
+            client.until_update(
+                lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle"
+            )
+    finally:
+        client.close()
+    offered = {t["function"]["name"] for t in scripted_model.requests[0]["tools"]}
+    assert {"crow-memory__remember", "crow-memory__recall"} <= offered
+    recalled = scripted_model.requests[3]["messages"][-1]
+    assert recalled["role"] == "tool" and "kestrel" in str(recalled["content"])
+    # Over ACP the agent reached the server through the chain, not a process of its own.
+    hops = [json.loads(line) for line in trace.read_text().splitlines()]
+    asked = {
+        hop["message"].get("method")
+        for hop in hops
+        if hop["link"] == "agent" and hop["dir"] == "in"
+    }
+    assert ("mcp/connect" in asked and "mcp/message" in asked) is over_acp
+
+
+def test_crow_serve_refuses_acp_servers_unless_configured(crow_home, scripted_model):
+    memory_config(crow_home, scripted_model.base_url, acp=False)
+    serve = RawAgent(shlex.split(SERVE))
+    try:
+        serve.initialize()
+        entry = {"type": "acp", "name": "x", "serverId": "S"}
+        response, _ = serve.request("session/new", {"cwd": "/tmp", "mcpServers": [entry]})
+        assert response["error"]["code"] == -32602
+        assert "'acp' is not supported" in response["error"]["message"]
+    finally:
+        serve.close()

@@ -111,7 +111,7 @@ class CrowAgent:
         return schema.AgentCapabilities(
             session=schema.SessionCapabilities(
                 prompt=self.prompt_caps,
-                mcp=mcp_capabilities(),
+                mcp=mcp_capabilities(self.config),
                 delete=schema.SessionDeleteCapabilities(),
                 additional_directories=schema.SessionAdditionalDirectoriesCapabilities(),
             ),
@@ -136,6 +136,14 @@ class CrowAgent:
         }
         for method, handler in handlers.items():
             side.handle(method, _bind(handler, watcher))
+        if self.config.tools.acp_servers and not follower:
+            from crow.tools.acp_mcp import AcpMcpLinks
+
+            links = watcher.mcp_links = AcpMcpLinks(side.peer)
+            side.handle("mcp/message", lambda params: links.on_request(params.model_extra))
+            side.handle_notification(
+                "mcp/message", lambda params: links.on_notification(params.model_extra)
+            )
         return watcher
 
     def detach(self, watcher: Watcher) -> None:
@@ -185,7 +193,7 @@ class CrowAgent:
         )
         session = self.activate(record)
         session.watchers.add(watcher)
-        self._start_tools(session, servers, dirs)
+        self._start_tools(session, servers, dirs, watcher)
         await self._judge_if_verified(session)
         self.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
         return schema.NewSessionResponse(
@@ -236,7 +244,7 @@ class CrowAgent:
         if dirs != session.record.additional_directories:
             await self.store.update_session(record.id, additional_directories=dirs)
         if not session.busy:  # the complete new set of servers and roots (§5.3)
-            self._start_tools(session, servers, dirs)
+            self._start_tools(session, servers, dirs, watcher)
         await session.attach(watcher, replay)
         await self._judge_if_verified(session, verify)
         return schema.ResumeSessionResponse(
@@ -408,7 +416,9 @@ class CrowAgent:
     def _client_servers(self, servers: Any) -> list[Any]:
         return client_servers(servers, self.config, allowed=self.clients_authenticated)
 
-    def _start_tools(self, session: LiveSession, servers: list[Any], dirs: list[str]) -> None:
+    def _start_tools(
+        self, session: LiveSession, servers: list[Any], dirs: list[str], watcher: Watcher
+    ) -> None:
         """Start the session's tool servers unless the same set already runs: a
         resume that names the same servers and roots keeps them (and their
         background jobs).  A replaced set is closed in the background, so a
@@ -417,7 +427,7 @@ class CrowAgent:
         if session.tools is not None and session.tool_setup == setup:
             return
         old = session.detach_tools()
-        start_tools(session, self.config, servers, dirs)
+        start_tools(session, self.config, servers, dirs, getattr(watcher, "mcp_links", None))
         self.learn_model(session.model)  # while the tool servers start
         session.tool_setup = setup
         if old is not None:

@@ -38,10 +38,13 @@ __all__ = ["client_servers", "mcp_capabilities", "start_tools"]
 ACCEPTED_TRANSPORTS = ("stdio", "http")
 
 
-def mcp_capabilities() -> schema.McpCapabilities:
-    return schema.McpCapabilities(
+def mcp_capabilities(config: Config) -> schema.McpCapabilities:
+    capabilities = schema.McpCapabilities(
         stdio=schema.McpStdioCapabilities(), http=schema.McpHttpCapabilities()
     )
+    if config.tools.acp_servers:  # MCP over ACP (unstable): servers the client serves
+        capabilities.acp = {}  # type: ignore[attr-defined]
+    return capabilities
 
 
 def client_servers(servers: Any, config: Config, *, allowed: bool = True) -> list[McpServerSpec]:
@@ -56,14 +59,16 @@ def client_servers(servers: Any, config: Config, *, allowed: bool = True) -> lis
             data={"mcpServers": len(servers)},
         )
     taken = set(config.tools.builtin) | {s.name for s in config.tools.servers}
+    accepted = (*ACCEPTED_TRANSPORTS, "acp") if config.tools.acp_servers else ACCEPTED_TRANSPORTS
     specs = []
     for index, server in enumerate(servers):
         kind = getattr(server, "type", None)
-        name = getattr(server, "name", None)
-        if kind not in ACCEPTED_TRANSPORTS:
+        extra = getattr(server, "model_extra", None) or {}
+        name = getattr(server, "name", extra.get("name"))
+        if kind not in accepted:
             raise InvalidParams(
                 f"mcpServers[{index}]: transport {kind!r} is not supported; Crow accepts "
-                f"{' and '.join(ACCEPTED_TRANSPORTS)}",
+                f"{' and '.join(accepted)}",
                 data={"type": kind},
             )
         if not isinstance(name, str) or not name or name in taken:
@@ -76,6 +81,14 @@ def client_servers(servers: Any, config: Config, *, allowed: bool = True) -> lis
 
 
 def _spec(server: Any, index: int, timeout_s: float) -> McpServerSpec:
+    if server.type == "acp":
+        extra = server.model_extra or {}
+        server_id = extra.get("serverId")
+        if not isinstance(server_id, str) or not server_id:
+            raise InvalidParams(
+                f"mcpServers[{index}]: an acp server needs its serverId", data={"type": "acp"}
+            )
+        return McpServerSpec(name=extra["name"], acp_server_id=server_id, timeout_s=timeout_s)
     if server.type == "stdio":
         if not os.path.isabs(server.command):
             raise InvalidParams(
@@ -136,9 +149,14 @@ def builtin_servers(
 
 
 def start_tools(
-    session: LiveSession, config: Config, specs: list[McpServerSpec], extra_dirs: list[str]
+    session: LiveSession,
+    config: Config,
+    specs: list[McpServerSpec],
+    extra_dirs: list[str],
+    acp: Any = None,
 ) -> None:
-    """Start the session's servers in the background; the first prompt waits."""
+    """Start the session's servers in the background; the first prompt waits.
+    ``acp``: the ``AcpMcpLinks`` of the client that named acp servers, if any."""
     session.permissions = session.permissions or Permissions(config.tools, config.paths)
     hub = session.tools = ToolHub(on_event=session.note)
     builtins = builtin_servers(config, session.record.cwd, extra_dirs, session.id)
@@ -146,7 +164,10 @@ def start_tools(
     async def start() -> None:
         chosen = await _approved(session, specs) if config.tools.ask_client_servers else specs
         servers = hub.start(
-            builtins, [*config.tools.servers, *chosen], builtin_timeout_s=config.tools.timeout_s
+            builtins,
+            [*config.tools.servers, *chosen],
+            builtin_timeout_s=config.tools.timeout_s,
+            acp=acp,
         )
         await asyncio.gather(servers, _warm_memory(config))
 
@@ -182,7 +203,7 @@ async def _approved(session: LiveSession, specs: list[McpServerSpec]) -> list[Mc
     run nothing here).  Asked one after another, of every watcher, like a tool call."""
     chosen = []
     for spec in specs:
-        if spec.command is None or await _allowed_to_start(session, spec):
+        if spec.command is None or await _allowed_to_start(session, spec):  # acp: nothing runs
             chosen.append(spec)
         else:
             await session.note(

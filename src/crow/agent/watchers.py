@@ -77,6 +77,7 @@ class V2Watcher:
     def __init__(self, side: AgentSide, *, follower: bool = False) -> None:
         self.side = side
         self.follower = follower
+        self.mcp_links: Any = None  # MCP over ACP on this connection (crow.tools.acp_mcp)
 
     def deliver(
         self, session_id: str, seq: int | None, update: dict[str, Any], body: bytes

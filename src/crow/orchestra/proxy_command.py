@@ -4,6 +4,9 @@
     crow proxy judge [--model NAME] [--rubric TEXT] [--check CMD] [--max-rounds N]
         after each turn, the judge model's verdict on it goes to the client (an
         agent message with _meta["crow/verdict"], as crow serve's own judge posts)
+    crow proxy memory
+        every session gets Crow's memory tools (server "crow-memory"): as MCP over
+        ACP when the agent takes {"type": "acp"} servers, else as a stdio server
     crow proxy record [--store FILE]
         the agent's sessions go into Crow's session store (default: the home's
         crow.db): crow sessions lists them, crow serve resumes and replays them
@@ -40,9 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     judge.add_argument(
         "--max-rounds", type=int, help="v2: on fail, prompt the agent again, up to N verdicts"
     )
+    memory = names.add_parser("memory", help="give every session Crow's memory tools")
     record = names.add_parser("record", help="keep the agent's sessions in Crow's store")
     record.add_argument("--store", help="the session store (default: $CROW_HOME/crow.db)")
-    for sub in (judge, record):
+    for sub in (judge, memory, record):
         sub.add_argument("--log-level", default="WARNING", help="stderr log level")
 
 
@@ -59,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"crow proxy: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    run = {"judge": _judge, "record": _record}[args.proxy]
+    run = {"judge": _judge, "memory": _memory, "record": _record}[args.proxy]
     try:
         return asyncio.run(run(args, config))
     except KeyboardInterrupt:
@@ -124,4 +128,28 @@ async def _record(args: argparse.Namespace, config: Config) -> int:
         await proxy.serve()
     finally:
         await recorder.aclose()
+    return 0
+
+
+async def _memory(args: argparse.Namespace, config: Config) -> int:
+    from typing import Any
+
+    from crow.acp import open_stdio
+    from crow.acp.proxy import ProxySide
+    from crow.memory.scopes import MemoryPlace
+    from crow.memory.shared import shared_store
+    from crow.servers.memory import build_server
+
+    from .memory_proxy import MemoryProxy
+
+    def make_server(cwd: str, session_id: str | None) -> Any:
+        store = lambda: shared_store(config.paths.memory, config.memory)  # noqa: E731
+        return build_server(store, MemoryPlace(cwd, session_id))
+
+    proxy = ProxySide(await open_stdio())
+    memory = MemoryProxy(proxy, make_server)
+    try:
+        await proxy.serve()
+    finally:
+        await memory.aclose()
     return 0

@@ -122,8 +122,10 @@ class ToolHub:
         specs: list[McpServerSpec],
         *,
         builtin_timeout_s: float,
+        acp: Any = None,
     ) -> None:
-        """Start every server and wait until each has listed its tools or failed."""
+        """Start every server and wait until each has listed its tools or failed.
+        ``acp``: an ``AcpMcpLinks``, for the servers the ACP client serves itself."""
         await import_off_loop("mcp")
         from mcp.client.stdio import StdioServerParameters
 
@@ -132,15 +134,18 @@ class ToolHub:
                 target: Any = factory()
             except Exception as exc:  # a broken built-in must not take the session down
                 log.exception("built-in MCP server %s cannot be created", name)
-                self.servers[name] = failed = _Server(name=name, target=None, timeout_s=0)
-                failed.error = _describe(exc)
-                failed.ready.set()
+                self._failed(name, _describe(exc))
                 continue
             self._launch(name, target, builtin_timeout_s, trusted=True)
         for spec in specs:
             target = spec.url
             label = None
-            if spec.command is not None:
+            if spec.acp_server_id is not None:
+                if acp is None:  # a connection without MCP over ACP (v1) named one
+                    self._failed(spec.name, "this connection cannot reach acp servers")
+                    continue
+                target = acp.transport(spec.acp_server_id)
+            elif spec.command is not None:
                 label = secrets.token_hex(8)
                 env = children.tagged_env(spec.env, label)
                 target = StdioServerParameters(command=spec.command, args=list(spec.args), env=env)
@@ -153,6 +158,12 @@ class ToolHub:
                 trusted=spec.trusted,
             )
         await asyncio.gather(*(self._await_ready(s) for s in self.servers.values()))
+
+    def _failed(self, name: str, error: str) -> None:
+        """A server that could not even be launched (reported with the others)."""
+        self.servers[name] = failed = _Server(name=name, target=None, timeout_s=0)
+        failed.error = error
+        failed.ready.set()
 
     def _launch(
         self,
