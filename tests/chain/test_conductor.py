@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -540,3 +541,100 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+# ---- races, bad input, signals --------------------------------------------------------
+def test_a_pipelined_client_gets_every_prompt_to_idle(chains: Any) -> None:
+    """initialize, session/new, prompts and a cancel in one write, through a proxy."""
+    chain = chains(PASS, shlex.join([*shlex.split(ECHO), "--chunks", "3", "--delay-ms", "5"]))
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": V2},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp"}},
+    ]
+    chain.write(b"".join(json.dumps(f).encode() + b"\n" for f in frames))
+    sid = chain.until_response(2)[0]["result"]["sessionId"]
+    prompts = [
+        {
+            "jsonrpc": "2.0",
+            "id": 10 + n,
+            "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": f"p{n}"}]},
+        }
+        for n in range(3)
+    ]
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+    chain.write(b"".join(json.dumps(f).encode() + b"\n" for f in [*prompts, cancel]))
+    answers: dict[int, dict[str, Any]] = {}
+    idles = 0
+    while len(answers) < 3 or idles < sum("result" in a for a in answers.values()):
+        message = chain.recv()
+        if message.get("id") in (10, 11, 12) and "method" not in message:
+            assert message["id"] not in answers  # exactly one answer each
+            answers[message["id"]] = message
+        update = message.get("params", {}).get("update", {})
+        if update.get("sessionUpdate") == "state_update" and update.get("state") == "idle":
+            idles += 1
+    assert chain.nothing_within(0.3)
+
+
+def test_bad_input_gets_answers_and_the_chain_goes_on(chains: Any) -> None:
+    chain = chains(PASS, ECHO)
+    chain.write(b"{not json\n")
+    assert chain.recv()["error"]["code"] == -32700
+    chain.write(b"[" * 5000 + b"]" * 5000 + b"\n")
+    assert chain.recv()["error"]["code"] in (-32700, -32600)
+    chain.write(b'{"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": [1]}\n')
+    assert chain.recv()["error"]["code"] == -32602
+    assert echo_turn(chain) == "Echo: hi"
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill-9"])
+def test_components_die_with_the_conductor(chains: Any, how: signal.Signals) -> None:
+    chain = chains(PASS, ECHO)
+    echo_turn(chain)
+    pids = _descendants(chain.proc.pid)
+    assert len(pids) >= 2
+    # Ctrl-C at a terminal reaches the conductor; its components have sessions of
+    # their own, so it, not the terminal, stops them.
+    os.kill(chain.proc.pid, how)
+    code = chain.proc.wait(timeout=10)
+    assert code == (130 if how == signal.SIGINT else -signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def test_a_client_that_stops_reading_stops_the_agent_not_the_conductors_memory() -> None:
+    flood = shlex.join([*shlex.split(ECHO), "--chunks", "100000"])
+    # Not RawAgent: its reader thread would read on; this client truly stops reading.
+    command = [*CONDUCTOR, "agent", flood]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        stdin, stdout = proc.stdin, proc.stdout
+
+        def send(message: dict[str, Any]) -> None:
+            stdin.write(json.dumps(message).encode() + b"\n")
+            stdin.flush()
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": V2})
+        send({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp"}})
+        sid = None
+        while sid is None:
+            message = json.loads(stdout.readline())
+            sid = message.get("result", {}).get("sessionId") if message.get("id") == 2 else None
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": "x" * 200_000}]}
+        send({"jsonrpc": "2.0", "id": 9, "method": "session/prompt", "params": params})
+        time.sleep(3)  # 100,000 updates, and the client reads none of them
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        rss_mib = int(status.split("VmRSS:")[1].split()[0]) / 1024
+        text = ""
+        while True:  # then it reads, and nothing was lost
+            update = json.loads(stdout.readline()).get("params", {}).get("update", {})
+            if update.get("sessionUpdate") == "agent_message_chunk":
+                text += update["content"]["text"]
+            if update.get("state") == "idle":
+                break
+        proc.kill()
+    assert rss_mib < 150  # buffering them all took ~300 MiB
+    assert text == "Echo: " + "x" * 200_000

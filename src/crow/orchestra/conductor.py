@@ -22,7 +22,8 @@ The wire rules are PROXY-CHAINS.md's (the Rust SDK's ``agent-client-protocol-con
   when the request went wrapped.
 - Routing is synchronous, in the order each link's messages arrive, and every link
   writes in order: an update the agent sends before a response reaches the client
-  before it.
+  before it.  A link toward the client that falls far behind pauses the readers of
+  the components behind it (backpressure, instead of an unbounded buffer).
 - A component that exits takes the chain down: every request the client is still
   owed is answered ``-32603`` naming the component, its exit code and its last
   stderr line, and the conductor exits 1.  When the client goes, the components'
@@ -273,12 +274,25 @@ class Conductor:
             while (events := await link.read_events()) is not None:
                 for event in events:
                     await self._on_event(link, event)
+                await self._backpressure(link)
         except Exception:
             log.exception("reading from %s failed", link.name)
         if link is self.upstream:
             self._done.set()  # the client has gone: so does the chain
         elif not (self._done.is_set() or link.stopping):
             await self._component_ended(link)
+
+    async def _backpressure(self, link: Link) -> None:
+        """A component reads no more while a link toward the client is far behind (a
+        client that stops reading stops the agent, not the conductor's memory).  Only
+        traffic toward the client waits, and the client's own link never does: no two
+        readers can wait on each other."""
+        if link is self.upstream:
+            return
+        ahead = [self.upstream, *self.proxies[: self._position(link)]]
+        for target in ahead:
+            if target is not None and target.out.backed_up:
+                await target.out.drained()
 
     async def _on_event(self, link: Link, event: Event) -> None:
         if isinstance(event, Send):
