@@ -638,3 +638,12 @@ def test_a_client_that_stops_reading_stops_the_agent_not_the_conductors_memory()
         proc.kill()
     assert rss_mib < 150  # buffering them all took ~300 MiB
     assert text == "Echo: " + "x" * 200_000
+
+
+def test_an_agent_put_where_a_proxy_goes_is_named(chains: Any) -> None:
+    chain = chains(ECHO, ECHO)
+    response, _ = chain.request("initialize", V2)
+    assert response["error"]["code"] == -32600
+    assert response["error"]["message"].startswith("proxy-0 (")
+    assert "refused _proxy/initialize" in response["error"]["message"]
+    assert "not an ACP proxy" in response["error"]["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import threading
 import time
 
 import pytest
@@ -234,3 +235,38 @@ def test_prompt_to_an_unknown_session_is_32002(crow):
     response, _ = agent.prompt("sess_nope", "hi")
     assert response["error"]["code"] == RESOURCE_NOT_FOUND
     assert response["error"]["data"] == {"sessionId": "sess_nope"}
+
+
+@pytest.mark.parametrize("model", ["fails", "answers"])
+def test_cancels_that_land_while_a_turn_ends_never_lose_its_idle(crow, scripted_model, model):
+    """session/cancel sent again and again while the turn runs: some land before the
+    model call, some while the turn is already ending (a failed model's note, a
+    cancelled turn's partial reply, the idle itself).  Whatever the outcome, every
+    acknowledged prompt ends in idle."""
+    if model == "fails":
+        scripted_model.set_default(Error(status=500, message="no model today"))
+    else:
+        scripted_model.set_default(Text(text="done"))
+    agent = crow()
+    for n in range(5):
+        sid = agent.new_session()
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}
+        cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+        idle_seen = threading.Event()
+
+        def keep_cancelling(delay: float, cancel: dict, idle_seen: threading.Event) -> None:
+            time.sleep(delay)  # each round starts them at another point of the turn
+            while not idle_seen.is_set():
+                agent.send(cancel)
+                time.sleep(0.0005)
+
+        agent.send({"jsonrpc": "2.0", "id": 70 + n, "method": "session/prompt", "params": params})
+        canceller = threading.Thread(target=keep_cancelling, args=(0.002 * n, cancel, idle_seen))
+        canceller.start()
+        try:
+            agent.until_response(70 + n)
+            idle = agent.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
+        finally:
+            idle_seen.set()
+            canceller.join()
+        assert idle["stopReason"] in ("cancelled", "error", "end_turn")

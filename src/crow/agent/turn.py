@@ -135,7 +135,7 @@ class Turn:
     # ---- the one place outcomes become stop reasons --------------------------------
     async def run(self) -> None:
         self._stepped = True
-        stop, error = "end_turn", None
+        stop, error, note, severity, partial = "end_turn", None, None, "error", False
         try:
             # The user's message and ``running`` go out together, whatever comes:
             # a client that sees ``idle`` before ``running`` takes it for the
@@ -148,23 +148,35 @@ class Turn:
             stop = await self.handle_command() or await self.react()
         except asyncio.CancelledError as exc:
             _uncancel()
-            stop = "cancelled"
-            await self.quietly(self.save_partial_reply())
+            stop, partial = "cancelled", True
             if "shutdown" in exc.args:
-                await self.quietly(
-                    self.note("The agent stopped before this turn finished.", "warning")
-                )
+                note, severity = "The agent stopped before this turn finished.", "warning"
         except ModelError as exc:
-            stop, error = "error", exc.message
-            await self.quietly(self.save_partial_reply())
-            await self.quietly(self.note(f"The model failed: {exc.message}", "error"))
+            stop, error, partial = "error", exc.message, True
+            note = f"The model failed: {exc.message}"
         except StoreUnavailable as exc:
             log.error("session %s: %s", self.session.id, exc)
             stop, error = "error", f"The session store failed: {exc}"
         except Exception as exc:
             log.exception("turn failed in session %s", self.session.id)
             stop, error = "error", f"Internal error: {type(exc).__name__}: {exc}"
-            await self.quietly(self.note(error, "error"))
+            note = error
+        # The end runs to completion: a session/cancel that lands while the turn is
+        # already ending (a model error, say) must not cut it short before idle.
+        _, cancelled = await settled(
+            asyncio.ensure_future(self.end(stop, error, note, severity, partial=partial))
+        )
+        if cancelled:
+            _uncancel()
+
+    async def end(
+        self, stop: str, error: str | None, note: str | None, severity: str, *, partial: bool
+    ) -> None:
+        """The turn's last steps: what the model said so far, a note, then idle."""
+        if partial:
+            await self.quietly(self.save_partial_reply())
+        if note is not None:
+            await self.quietly(self.note(note, severity))
         await self.finish(stop, error)
 
     async def quietly(self, step: Any) -> None:

@@ -19,7 +19,8 @@ The wire rules are PROXY-CHAINS.md's (the Rust SDK's ``agent-client-protocol-con
 - Every forwarded request gets a fresh id on its hop (``<link>/<n>``); its response
   or error goes back unchanged to whoever asked, with their id.  ``$/cancel_request``
   is never forwarded: it is re-issued on the next hop with that hop's id, wrapped
-  when the request went wrapped.
+  when the request went wrapped.  (One exception to "unchanged": a refused
+  ``_proxy/initialize`` says which component refused it, code and data kept.)
 - Routing is synchronous, in the order each link's messages arrive, and every link
   writes in order: an update the agent sends before a response reaches the client
   before it.  A link toward the client that falls far behind pauses the readers of
@@ -77,7 +78,13 @@ from crow.acp.connection import (
     Response,
     Send,
 )
-from crow.acp.errors import AcpError, InternalError, MessageTooLarge
+from crow.acp.errors import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    AcpError,
+    InternalError,
+    MessageTooLarge,
+)
 from crow.acp.jsonrpc import Transport
 from crow.acp.router import MessageTransport
 from crow.acp.transports.stdio import StdioTransport
@@ -480,7 +487,21 @@ class Conductor:
         error = response.error
         if error is None and pending.agent_initialize:
             error = self._version_mismatch(response.result)
+        elif error is not None and response.method == PROXY_INITIALIZE:
+            error = self._refused_proxy_initialize(link, error)
         pending.origin.answer(pending.origin_id, result=response.result, error=error)
+
+    @staticmethod
+    def _refused_proxy_initialize(link: Link, error: dict[str, Any]) -> dict[str, Any]:
+        """A proxy's refusal of ``_proxy/initialize``, saying which component refused
+        (code and data unchanged, for clients that match on them).  An agent put
+        where a proxy goes refuses it as unknown or as "before initialize": say so."""
+        code, data = error.get("code"), error.get("data")
+        hint = ""
+        if code == METHOD_NOT_FOUND or (code == INVALID_REQUEST and data is None):
+            hint = " (it is not an ACP proxy? agents go last in the chain)"
+        message = f"{link.name} ({link.command}) refused {PROXY_INITIALIZE}: "
+        return {**error, "message": message + str(error.get("message", "")) + hint}
 
     def _version_mismatch(self, result: Any) -> dict[str, Any] | None:
         """An error if the agent's ``initialize`` answer is not in the chain's version."""
