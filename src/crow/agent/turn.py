@@ -109,6 +109,7 @@ class Turn:
         self.task: asyncio.Task[None] | None = None
         self._stepped = False  # the task has taken its first step
         self._early_cancel: str | None = None  # a cancel that came before that
+        self.ended = False  # the idle has been sent: the session takes a new prompt
 
     # ---- lifecycle ----------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
@@ -117,7 +118,8 @@ class Turn:
 
     @property
     def done(self) -> bool:
-        return self.task is not None and self.task.done()
+        """Its idle has gone out (the task may still be winding down), or it is over."""
+        return self.ended or (self.task is not None and self.task.done())
 
     def cancel(self, reason: str) -> None:
         """End the turn as ``cancelled`` (``reason``: session/cancel, session/close, shutdown)."""
@@ -216,6 +218,7 @@ class Turn:
             await self.session.emit(update)
         except StoreUnavailable as exc:
             self.settle_in_background(update, str(exc))
+        self.ended = True
 
     def settle_in_background(self, idle: dict[str, Any], why: str) -> None:
         """The store refused the turn's end: tell every watcher now, log it later."""
