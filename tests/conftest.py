@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,3 +62,29 @@ def crow(crow_home: Path, scripted_model: ScriptedModel) -> Iterator[Any]:
     yield start
     for process in processes:
         process.close()
+
+
+# ---- PostgreSQL (the store's second backend) -------------------------------------------
+# .ci/run starts a throwaway cluster and sets CROW_TEST_PG_URL (a maintenance database
+# URL) and CROW_REQUIRE_PG=1, so there a missing server fails the tests, never skips them.
+PG_ADMIN_URL = os.environ.get("CROW_TEST_PG_URL")
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL of a new, empty database, dropped after the test."""
+    if not PG_ADMIN_URL:
+        if os.environ.get("CROW_REQUIRE_PG") == "1":
+            pytest.fail("CROW_REQUIRE_PG=1 but CROW_TEST_PG_URL is not set")
+        pytest.skip("no PostgreSQL: set CROW_TEST_PG_URL (bash .ci/run starts one)")
+    import uuid
+
+    import psycopg
+
+    name = f"crow_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

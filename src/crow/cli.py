@@ -32,6 +32,7 @@ from .memory import commands as memory_commands  # light: the store loads when r
 # Light modules: what they run loads when they are run.
 from .orchestra import chain_command, proxy_command
 from .orchestra import command as judge_command
+from .store import commands as store_commands
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
@@ -148,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             chain_command.add_arguments,
         ),
         (
+            "store",
+            "migrate the session store, or copy sessions to another (PostgreSQL)",
+            store_commands.__doc__,
+            store_commands.add_arguments,
+        ),
+        (
             "proxy",
             "run one of Crow's proxies (judge) inside a proxy chain",
             proxy_command.__doc__,
@@ -175,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         return chain_command.main(args)
     if args.subcommand == "proxy":
         return proxy_command.main(args)
+    if args.subcommand == "store":
+        return store_commands.main(args)
     if args.subcommand == "memory":
         return memory_commands.main(args)
     if args.subcommand in ("run", "chat", "sessions"):

@@ -248,6 +248,12 @@ class Config:
     limits: Limits = field(default_factory=Limits)
     memory: MemorySettings = field(default_factory=MemorySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
+    store_url: str | None = None  # [store] url / CROW_STORE_URL: PostgreSQL, not the file
+
+    @property
+    def store_location(self) -> Path | str:
+        """Where sessions live: a PostgreSQL URL, else the home's SQLite file."""
+        return self.store_url or self.paths.store
 
 
 def load_config(
@@ -289,7 +295,19 @@ def load_config(
         limits=_limits(source, data),
         memory=memory,
         judge=_judge_settings(source, data, models),
+        store_url=_store_url(source, data),
     )
+
+
+def _store_url(source: str, data: dict[str, Any]) -> str | None:
+    """``CROW_STORE_URL``, else ``[store] url``: a ``postgresql://`` URL, or None."""
+    table = _table(source, "store", data.get("store", {}))
+    url = os.environ.get("CROW_STORE_URL") or table.get("url")
+    if url in (None, ""):
+        return None
+    if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(source, "store.url", "a postgresql:// URL", url)
+    return url
 
 
 def _acp_settings(source: str, data: dict[str, Any]) -> AcpSettings:

@@ -79,6 +79,10 @@ ask_client_servers = false   # true: ask before starting an MCP server a client 
 acp_servers = false          # true: accept {"type": "acp"} servers the client serves itself
                              # (MCP over ACP, an unstable ACP v2 surface)
 
+[store]               # where sessions live: $CROW_HOME/crow.db (SQLite), unless
+# url = "postgresql://crow@db.example/crow"   # several servers share sessions here
+                      # (CROW_STORE_URL wins; crow store copy moves sessions over)
+
 [memory]              # long-term memory in $CROW_HOME/memory (crow memory --help)
 embedder = "offline"  # offline: all-MiniLM-L6-v2 in process (the local extra); none: text
                       # search only; openai: an OpenAI-compatible /v1/embeddings, e.g.

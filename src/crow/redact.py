@@ -105,8 +105,8 @@ def register_secret(value: str | None) -> None:
 def register_config_secrets(config: Config) -> None:
     """Register what a loaded ``crow.config.Config`` knows to be secret: the server
     token, every provider's API key (and its ``api_key_env`` variable), the
-    password of a base URL, ``OPENAI_API_KEY``, and the credential-looking
-    headers and environment of configured MCP servers."""
+    password of a base URL or of the store's PostgreSQL URL, ``OPENAI_API_KEY``,
+    and the credential-looking headers and environment of configured MCP servers."""
     register_secret(os.environ.get("OPENAI_API_KEY"))
     register_secret(config.server.token)
     for provider in config.providers.values():
@@ -119,6 +119,8 @@ def register_config_secrets(config: Config) -> None:
         _register_named(server.env.items())
         if server.url:
             register_secret(_url_password(server.url))
+    if config.store_url:
+        register_secret(_url_password(config.store_url))
 
 
 def _register_named(pairs: Iterable[tuple[str, str]]) -> None:

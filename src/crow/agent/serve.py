@@ -20,7 +20,7 @@ from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.acp.transports.memory import memory_pair
 from crow.config import Config
 from crow.imports import import_off_loop
-from crow.store.db import Store
+from crow.store.db import open_store
 
 from .service import CrowAgent
 
@@ -41,7 +41,7 @@ def agent_info() -> schema.Implementation:
 
 
 async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
-    store = Store(config.paths.store)
+    store = open_store(config.store_location)
     try:
         agent = CrowAgent(config, store)
         if setup is not None:

@@ -43,7 +43,7 @@ from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTranspor
 from crow.config import Config, ServerSettings
 from crow.redact import register_secret
 from crow.runtime_file import WILDCARDS, is_loopback, publish
-from crow.store.db import Store
+from crow.store.db import open_store
 
 from .serve import Setup, serve_connection
 from .service import CrowAgent
@@ -157,7 +157,7 @@ async def serve_http(
 ) -> None:
     import uvicorn
 
-    store = Store(config.paths.store)
+    store = open_store(config.store_location)
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = CrowAgent(config, store, clients_authenticated=security.token is not None)
     if setup is not None:

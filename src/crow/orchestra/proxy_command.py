@@ -7,9 +7,9 @@
     crow proxy memory
         every session gets Crow's memory tools (server "crow-memory"): as MCP over
         ACP when the agent takes {"type": "acp"} servers, else as a stdio server
-    crow proxy record [--store FILE]
-        the agent's sessions go into Crow's session store (default: the home's
-        crow.db): crow sessions lists them, crow serve resumes and replays them
+    crow proxy record [--store FILE|URL]
+        the agent's sessions go into Crow's session store (default: the one
+        crow serve uses): crow sessions lists them, crow serve resumes them
 
 A proxy speaks ACP on stdin/stdout to its conductor (the proxy role: it is
 initialized with _proxy/initialize), so it runs inside a chain, never alone.
@@ -45,7 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     memory = names.add_parser("memory", help="give every session Crow's memory tools")
     record = names.add_parser("record", help="keep the agent's sessions in Crow's store")
-    record.add_argument("--store", help="the session store (default: $CROW_HOME/crow.db)")
+    record.add_argument(
+        "--store", help="the session store: a file or a postgresql:// URL (default: Crow's)"
+    )
     for sub in (judge, memory, record):
         sub.add_argument("--log-level", default="WARNING", help="stderr log level")
 
@@ -112,14 +114,13 @@ async def _judge(args: argparse.Namespace, config: Config) -> int:
 async def _record(args: argparse.Namespace, config: Config) -> int:
     from crow.acp import open_stdio
     from crow.acp.proxy import ProxySide
-    from crow.config import Paths
     from crow.store.aio import AsyncStore
-    from crow.store.db import Store, StoreError
+    from crow.store.db import StoreError, open_store
 
     from .record_proxy import RecordProxy
 
     try:
-        store = AsyncStore(Store(args.store or Paths.from_env().store))
+        store = AsyncStore(open_store(args.store or config.store_location))
     except StoreError as exc:
         raise LookupError(str(exc)) from None
     proxy = ProxySide(await open_stdio())

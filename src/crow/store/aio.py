@@ -42,6 +42,7 @@ from .db import (
     StoreError,
     StoreUnavailable,
     TranscriptEntry,
+    database_errors,
 )
 
 __all__ = ["AsyncStore", "settled"]
@@ -204,7 +205,7 @@ class AsyncStore:
             batch, self._appends = self._appends, []
         try:
             outcome: list[int] | BaseException = self.sync.append_updates([u for u, _ in batch])
-        except sqlite3.Error as exc:
+        except database_errors() as exc:
             outcome = StoreUnavailable(f"the session store failed: {exc}")
         except Exception as exc:
             outcome = exc
@@ -231,7 +232,10 @@ class AsyncStore:
 
 
 def _fast_connection(store: Store) -> Store | None:
-    """A second connection to the store for appends on the loop (see the module doc)."""
+    """A second connection to the store for appends on the loop (see the module doc):
+    SQLite's alone (a PostgreSQL append is a network round trip: the thread's)."""
+    if store.dialect != "sqlite":
+        return None
     try:
         fast = Store(store.path)
         fast.db.execute("PRAGMA busy_timeout = 0")
@@ -254,7 +258,7 @@ def _resolve(futures: list[asyncio.Future[int]], outcome: list[int] | BaseExcept
 def _translated(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
         return fn(*args, **kwargs)
-    except sqlite3.Error as exc:
+    except database_errors() as exc:
         raise StoreUnavailable(f"the session store failed: {exc}") from exc
 
 

@@ -12,6 +12,13 @@ SQLite's locking serialises their writes, and a session's turn lease
 (``owner``, ``lease_expires``; see ``lease.py``) says which process runs its
 turn.
 
+``PostgresStore`` is the same store on a PostgreSQL server (``[store] url`` or
+``CROW_STORE_URL``; psycopg 3), for servers on several machines: same tables,
+same migrations (``migrations.py``), same behaviour, which the store tests check
+on both.  A log append there locks its session's row, so two servers appending
+to one session still get consecutive sequence numbers.  ``open_store`` picks the
+backend from the location.
+
 ``Store`` is synchronous and blocking; the agent reaches it through
 ``AsyncStore`` (``aio.py``), which runs every call on one worker thread so a
 lock held by another process never stalls the event loop.
@@ -23,7 +30,9 @@ import base64
 import binascii
 import json
 import os
+import re
 import sqlite3
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +41,19 @@ from typing import Any
 import orjson
 
 from ..private import private_dir, private_file, tighten_file
-from .migrations import migrate
+from .migrations import migrate, migrate_postgres
 
 __all__ = [
     "PendingUpdate",
+    "PostgresStore",
     "SessionRecord",
     "Store",
     "StoreError",
     "StoreUnavailable",
     "TranscriptEntry",
+    "database_errors",
+    "is_postgres_url",
+    "open_store",
 ]
 
 #: How long a call waits for another process's lock before failing: bounded, so
@@ -117,8 +130,30 @@ def _record(row: tuple[Any, ...]) -> SessionRecord:
     )
 
 
+def is_postgres_url(location: object) -> bool:
+    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
+
+
+def open_store(location: Path | str) -> Store:
+    """The store at ``location``: a PostgreSQL URL, else a SQLite file's path."""
+    if is_postgres_url(location):
+        return PostgresStore(str(location))
+    return Store(location)
+
+
+def database_errors() -> tuple[type[BaseException], ...]:
+    """What a database call may raise: sqlite3's errors, and psycopg's once it is loaded."""
+    psycopg = sys.modules.get("psycopg")
+    return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
+
+
 class Store:
     """One connection to the store; used from the event loop's thread only."""
+
+    #: Which SQL it speaks; "sqlite" stores also take appends on the loop (aio.py).
+    dialect = "sqlite"
+    #: A write transaction that takes the write lock at once (no upgrade deadlock).
+    BEGIN = "BEGIN IMMEDIATE"
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
@@ -248,7 +283,8 @@ class Store:
         """
         cursor = self.db.execute(
             "UPDATE sessions SET owner = ?, owner_pid = ?, lease_expires = ?"
-            " WHERE id = ? AND deleted = 0 AND (owner IS NULL OR owner = ? OR owner IS ?)",
+            " WHERE id = ? AND deleted = 0"
+            " AND (owner IS NULL OR owner = ? OR owner IS NOT DISTINCT FROM ?)",
             (owner, pid, expires, session_id, owner, replacing),
         )
         return cursor.rowcount == 1
@@ -289,7 +325,7 @@ class Store:
 
     def append_updates(self, batch: list[PendingUpdate]) -> list[int]:
         """Log several updates in one transaction (one commit); returns their seqs."""
-        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute(self.BEGIN)
         try:
             seqs = [self._append(*update) for update in batch]
             self.db.execute("COMMIT")
@@ -401,3 +437,91 @@ def _decode_cursor(cursor: str) -> tuple[str, str]:
     except (binascii.Error, ValueError, TypeError):
         pass
     raise StoreError("Invalid cursor: pass back a nextCursor from session/list")
+
+
+class PostgresStore(Store):
+    """The store on a PostgreSQL server: ``Store``'s SQL over one psycopg connection."""
+
+    dialect = "postgresql"
+    BEGIN = "BEGIN"
+
+    def __init__(self, url: str) -> None:
+        self.path = Path(os.devnull)  # no file: nothing appends on the loop
+        self.url = url
+        try:
+            connection = _PostgresConnection(url)
+        except database_errors() as exc:
+            raise StoreError(f"cannot open the session store {redact_url(url)}: {exc}") from exc
+        try:
+            migrate_postgres(connection.conn)
+        except BaseException as exc:
+            connection.close()
+            if isinstance(exc, database_errors()):
+                message = f"cannot migrate the session store {redact_url(url)}: {exc}"
+                raise StoreError(message) from exc
+            raise
+        self.db = connection  # type: ignore[assignment]
+
+    def checkpoint(self) -> None:
+        """PostgreSQL checkpoints by itself."""
+
+    def append_update(
+        self,
+        session_id: str,
+        body: bytes,
+        *,
+        state: str | None = None,
+        stop_reason: str | None = None,
+        now: str | None = None,
+    ) -> int:
+        return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
+
+    def _append(
+        self,
+        session_id: str,
+        body: bytes,
+        state: str | None,
+        stop_reason: str | None,
+        now: str | None,
+    ) -> int:
+        # Servers appending to one session wait for each other here: MAX(seq) + 1
+        # is then never computed twice.
+        self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
+        return super()._append(session_id, body, state, stop_reason, now)
+
+    def append_message(
+        self, session_id: str, message: dict[str, Any], *, kind: str = "message"
+    ) -> int:
+        conn = self.db.conn  # type: ignore[attr-defined]
+        with conn.transaction():
+            self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
+            return super().append_message(session_id, message, kind=kind)
+
+
+class _PostgresConnection:
+    """A psycopg connection answering the sqlite3 calls ``Store`` makes: ``?``
+    placeholders, ``execute`` returning a cursor, ``in_transaction``."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        timeout_ms = BUSY_TIMEOUT_MS  # a lock held elsewhere fails the call, bounded
+        self.conn.execute(f"SET lock_timeout = {int(timeout_ms)}")
+
+    def execute(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        return self.conn.execute(sql.replace("?", "%s"), params)
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return bool(self.conn.info.transaction_status != TransactionStatus.IDLE)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def redact_url(url: str) -> str:
+    """A database URL without its password, for messages."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)

@@ -1,15 +1,24 @@
-"""Numbered schema migrations for the session store.
+"""Numbered schema migrations for the session store, one set for both backends.
 
-``MIGRATIONS[n]`` moves a database from ``user_version`` n to n+1.  Never edit a
-migration that has shipped: add the next one.  ``tests/unit/store`` migrates an
-empty database and checks the final schema.
+``MIGRATIONS[n]`` moves a database from version n to n+1: SQLite keeps the
+version in ``PRAGMA user_version``, PostgreSQL in the one-row table
+``crow_schema``.  The scripts are written in SQLite's SQL; ``script`` gives the
+PostgreSQL form of the two things that differ (``REAL`` is 4 bytes there, so a
+float column is ``DOUBLE PRECISION``; ``WITHOUT ROWID`` is SQLite's alone).
+Never edit a migration that has shipped: add the next one.  ``tests/unit/store``
+migrates an empty database of each kind and checks the final schema.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
+from typing import Any
 
-__all__ = ["MIGRATIONS", "migrate"]
+__all__ = ["MIGRATIONS", "migrate", "migrate_postgres", "script"]
+
+#: Serialises migrators: several servers starting at once on one PostgreSQL.
+_MIGRATION_LOCK = 0x63726F77  # "crow"
 
 MIGRATIONS: list[str] = [
     # 0 -> 1: sessions, the append-only update log, the model transcript.
@@ -54,21 +63,50 @@ MIGRATIONS: list[str] = [
 ]
 
 
-def migrate(db: sqlite3.Connection) -> int:
-    """Apply every migration the database lacks; returns the final version."""
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+def script(number: int, dialect: str) -> str:
+    """Migration ``number`` in ``dialect`` ("sqlite" or "postgresql")."""
+    text = MIGRATIONS[number]
+    if dialect == "postgresql":
+        text = re.sub(r"\)\s*WITHOUT ROWID", ")", text)
+        text = re.sub(r"\bREAL\b", "DOUBLE PRECISION", text)
+    return text
+
+
+def _check_not_newer(version: int) -> None:
     if version > len(MIGRATIONS):
         raise RuntimeError(
             f"the session store is at schema version {version}, newer than this Crow "
             f"({len(MIGRATIONS)}): upgrade Crow"
         )
+
+
+def migrate(db: sqlite3.Connection) -> int:
+    """Apply every migration the database lacks; returns the final version."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    _check_not_newer(version)
     for number in range(version, len(MIGRATIONS)):
         try:
             db.executescript(
-                f"BEGIN; {MIGRATIONS[number]}; PRAGMA user_version = {number + 1}; COMMIT;"
+                f"BEGIN; {script(number, 'sqlite')}; PRAGMA user_version = {number + 1}; COMMIT;"
             )
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+    return len(MIGRATIONS)
+
+
+def migrate_postgres(conn: Any) -> int:
+    """The same for a psycopg connection, in one transaction, one migrator at a time."""
+    with conn.transaction():
+        conn.execute(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
+        conn.execute("CREATE TABLE IF NOT EXISTS crow_schema (version INTEGER NOT NULL)")
+        row = conn.execute("SELECT version FROM crow_schema").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO crow_schema (version) VALUES (0)")
+        version = 0 if row is None else int(row[0])
+        _check_not_newer(version)
+        for number in range(version, len(MIGRATIONS)):
+            conn.execute(script(number, "postgresql"))
+        conn.execute("UPDATE crow_schema SET version = %s", (len(MIGRATIONS),))
     return len(MIGRATIONS)

@@ -1,4 +1,5 @@
-"""The SQLite session store: migrations, the update log, listing, the transcript."""
+"""The session store, on SQLite and on PostgreSQL: migrations, the update log,
+listing, the transcript, the lease.  Every test taking ``store`` runs on both."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import sqlite3
 
 import pytest
 
-from crow.store.db import Store, StoreError
+from crow.store.db import PostgresStore, Store, StoreError, open_store
 from crow.store.migrations import MIGRATIONS
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = Store(tmp_path / "crow.db")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    location = tmp_path / "crow.db"
+    if request.param == "postgresql":
+        location = request.getfixturevalue("postgres_url")
+    s = open_store(location)
+    assert s.dialect == request.param
     yield s
     s.close()
 
@@ -185,3 +190,72 @@ def test_the_transcript_keeps_a_lone_surrogate_that_orjson_refuses(store):
         odd,
         {"role": "assistant", "content": "fine"},
     ]
+
+
+# ---- PostgreSQL ---------------------------------------------------------------------
+def test_a_new_postgres_store_is_migrated_once(postgres_url):
+    import psycopg
+
+    PostgresStore(postgres_url).close()
+    PostgresStore(postgres_url).close()  # reopening migrates nothing and fails nothing
+    with psycopg.connect(postgres_url) as db:
+        assert db.execute("SELECT version FROM crow_schema").fetchall() == [(len(MIGRATIONS),)]
+        kind = db.execute(
+            "SELECT data_type FROM information_schema.columns"
+            " WHERE table_name = 'sessions' AND column_name = 'lease_expires'"
+        ).fetchone()
+        assert kind == ("double precision",)  # not REAL: unix seconds need the digits
+
+
+def test_a_postgres_store_from_a_newer_crow_is_refused(postgres_url):
+    import psycopg
+
+    PostgresStore(postgres_url).close()
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("UPDATE crow_schema SET version = %s", (len(MIGRATIONS) + 1,))
+    with pytest.raises(RuntimeError, match="newer than this Crow"):
+        PostgresStore(postgres_url)
+
+
+def test_an_unreachable_server_is_a_clear_error_without_the_password():
+    with pytest.raises(StoreError, match="cannot open the session store") as failure:
+        PostgresStore("postgresql://crow:s3cret@127.0.0.1:1/nowhere")
+    assert "s3cret" not in str(failure.value) and "***" in str(failure.value)
+
+
+def test_servers_appending_to_one_session_get_consecutive_seqs(postgres_url):
+    """Two connections (two servers) append to one session at once: every seq once."""
+    import threading
+
+    stores = [PostgresStore(postgres_url) for _ in range(2)]
+    stores[0].create_session(session_id="s", cwd="/p", now="t")
+    seqs: list[int] = []
+
+    def append(store):
+        for i in range(50):
+            seqs.append(store.append_update("s", f'{{"n":{i}}}'.encode()))
+            store.append_message("s", {"role": "user", "content": str(i)})
+
+    threads = [threading.Thread(target=append, args=(s,)) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(seqs) == list(range(1, 101))
+    assert [e.seq for e in stores[0].transcript("s")] == list(range(1, 101))
+    for store in stores:
+        store.close()
+
+
+async def test_the_async_store_on_postgres(postgres_url):
+    from crow.store.aio import AsyncStore
+    from crow.store.db import StoreUnavailable
+
+    store = AsyncStore(PostgresStore(postgres_url))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    seqs = [store.append_update("s", f'{{"n":{i}}}'.encode()) for i in range(20)]
+    assert [await f for f in seqs] == list(range(1, 21))
+    assert [seq for seq, _ in await store.replay("s")] == list(range(1, 21))
+    with pytest.raises(StoreUnavailable, match="session store failed"):
+        await store.submit(store.sync.db.execute, "SELECT * FROM no_such_table")
+    await store.aclose()

@@ -1,0 +1,51 @@
+"""crow serve with its sessions in PostgreSQL (``CROW_STORE_URL``): the same behaviour
+as the SQLite file, and several servers sharing one store."""
+
+from __future__ import annotations
+
+import signal
+
+from fakemodel import Hang, Text
+from serve_support import notes, text_of
+
+
+def test_two_servers_share_sessions_through_postgres(
+    crow, crow_home, scripted_model, postgres_url, monkeypatch
+):
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    scripted_model.script(Text(text="kept in postgres"))
+    first = crow()
+    sid = first.new_session()
+    assert text_of(first.run_turn(sid, "hello")) == "kept in postgres"
+    second = crow(write=False)
+    listed = second.request("session/list", {})[0]["result"]["sessions"]
+    assert [s["sessionId"] for s in listed] == [sid]
+    response, replayed = second.resume(sid, replayFrom={"type": "start"})
+    assert "result" in response, response
+    replies = [
+        block["text"]
+        for update in replayed
+        if update["sessionUpdate"] == "agent_message"
+        for block in update["content"]
+    ]
+    assert replies == ["kept in postgres"]
+    assert not (crow_home / "crow.db").exists()  # nothing went to the SQLite file
+
+
+def test_a_server_killed_mid_turn_leaves_a_turn_another_server_closes(
+    crow, scripted_model, postgres_url, monkeypatch
+):
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    scripted_model.script(Hang())
+    first = crow()
+    sid = first.new_session()
+    first.prompt(sid, "work on it")
+    scripted_model.wait_for_requests(1)
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(timeout=10)
+    scripted_model.script(Text(text="picked up"))
+    second = crow(write=False)
+    response, replayed = second.resume(sid, replayFrom={"type": "start"})
+    assert "result" in response, response
+    assert any("interrupted" in note for note in notes(replayed)), replayed
+    assert text_of(second.run_turn(sid, "go on")) == "picked up"
