@@ -49,3 +49,46 @@ def test_a_server_killed_mid_turn_leaves_a_turn_another_server_closes(
     assert "result" in response, response
     assert any("interrupted" in note for note in notes(replayed)), replayed
     assert text_of(second.run_turn(sid, "go on")) == "picked up"
+
+
+def _seqs(messages):
+    return [
+        m["params"]["_meta"]["crow/seq"]
+        for m in messages
+        if m.get("method") == "session/update" and "_meta" in m["params"]
+    ]
+
+
+def test_a_turn_on_one_server_is_watched_live_from_another(
+    crow, scripted_model, postgres_url, monkeypatch
+):
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    scripted_model.script(Text(text="one two three four five six", chunks=6))
+    runner = crow()
+    sid = runner.new_session()
+    watcher = crow(write=False)
+    response, before = watcher.resume(sid)  # attached, no replay: live from here on
+    assert "result" in response, response
+    assert before == [{"sessionUpdate": "state_update", "state": "idle"}]  # the snapshot
+    _, before = runner.prompt(sid, "count")
+    ran = before + runner.until_update(lambda u: u.get("state") == "idle")
+    seen = watcher.until_update(lambda u: u.get("state") == "idle")
+
+    def from_the_prompt(messages):
+        found = [m["params"]["update"] for m in messages if m.get("method") == "session/update"]
+        start = next(i for i, u in enumerate(found) if u["sessionUpdate"] == "user_message")
+        return found[start:]
+
+    # The same updates, the same order, each once: what the running server sent.
+    assert from_the_prompt(seen) == from_the_prompt(ran)
+    assert _seqs(seen) == sorted(set(_seqs(seen)))
+    assert text_of([m["params"]["update"] for m in seen]) == "one two three four five six"
+    # A client that missed some resumes on a third server from its cursor.
+    cursor = _seqs(seen)[2]
+    late = crow(write=False)
+    response, replayed = late.request(
+        "session/resume",
+        {"sessionId": sid, "cwd": "/tmp", "replayFrom": {"type": "_crow/after", "seq": cursor}},
+    )
+    assert "result" in response, response
+    assert _seqs(replayed)[0] == cursor + 1

@@ -97,6 +97,7 @@ class CrowAgent:
         self.live: dict[str, LiveSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._lease_keeper: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None  # other servers' updates
         self.judge: Follower | None = None  # set by crow serve
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
@@ -122,6 +123,7 @@ class CrowAgent:
     def attach(self, side: AgentSide, *, follower: bool = False) -> Watcher:
         """Serve ACP v2 on one connection; ``detach`` its watcher when it ends.
         A ``follower`` connection (the resident judge's) holds no session."""
+        self.follow_store()
         watcher = V2Watcher(side, follower=follower)
         handlers: dict[str, Any] = {
             "session/new": self.new_session,
@@ -146,6 +148,43 @@ class CrowAgent:
             )
         return watcher
 
+    # ---- other servers on a shared store --------------------------------------------
+    def follow_store(self) -> None:
+        """On a shared store, hear the updates other servers log (crow.store.listen)."""
+        if not self.store.shared or self._listener is not None:
+            return
+        from crow.store.listen import follow_updates
+
+        url = self.store.sync.url  # type: ignore[attr-defined]
+        heard = follow_updates(url, self._heard, self._heard_everything)
+        self._listener = asyncio.create_task(heard, name="store-listener")
+
+    def _heard(self, session_id: str, seq: int) -> None:
+        session = self.live.get(session_id)
+        if session is not None and seq > session.delivered:
+            self._catch_up(session)
+
+    def _heard_everything(self) -> None:
+        for session in list(self.live.values()):
+            self._catch_up(session)
+
+    def _catch_up(self, session: LiveSession) -> None:
+        """One catch-up task per session at a time; news during it runs it again."""
+        if session.catching_up is not None and not session.catching_up.done():
+            session.more_to_catch = True
+            return
+
+        async def catch_up() -> None:
+            session.more_to_catch = True
+            while session.more_to_catch:
+                session.more_to_catch = False
+                try:
+                    await session.catch_up()
+                except StoreUnavailable as exc:
+                    log.warning("catching up session %s failed: %s", session.id, exc)
+
+        session.catching_up = self.spawn(catch_up(), name=f"catch-up-{session.id}")
+
     def detach(self, watcher: Watcher) -> None:
         """A connection has gone: its sessions stop sending to it, and those
         nobody watches any more are unloaded once idle (a running turn goes on)."""
@@ -156,6 +195,8 @@ class CrowAgent:
 
     async def shutdown(self) -> None:
         """Cancel running turns; each ends with idle/cancelled in the store."""
+        if self._listener is not None:
+            self._listener.cancel()
         if self.judge is not None:
             await self.judge.aclose()
         turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done]
@@ -363,11 +404,12 @@ class CrowAgent:
             await self.router.describe(name)
 
     # ---- live sessions ------------------------------------------------------------
-    def spawn(self, coro: Any, *, name: str) -> None:
+    def spawn(self, coro: Any, *, name: str) -> asyncio.Task[Any]:
         """Work that outlives the request that started it (cancelled at shutdown)."""
         task = asyncio.create_task(coro, name=name)
         self._background.add(task)
         task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)
@@ -385,7 +427,16 @@ class CrowAgent:
         if is_orphaned(record):
             await self.store.submit(close_interrupted_turns, self.store.sync)
             record = await self.store.get_session(record.id) or record
-        return self.live.get(record.id) or self.activate(record)
+        live = self.live.get(record.id)
+        if live is not None:
+            return live
+        delivered = await self.store.last_seq(record.id)
+        live = self.live.get(record.id)  # made live meanwhile
+        if live is not None:
+            return live
+        session = self.activate(record)
+        session.delivered = delivered  # what a replay gives; live updates come after
+        return session
 
     def activate(self, record: SessionRecord) -> LiveSession:
         model = record.config.get("model")

@@ -62,6 +62,12 @@ class LiveSession:
     tool_setup: Any = None  # the (servers, directories) the tools were started with
     questions: set[Question] = field(default_factory=set)  # open permission questions
     log_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: The last seq of the log the watchers were sent.  Other servers on a shared
+    #: store append too: what lies between is read from the log (``catch_up``), so
+    #: every watcher gets every update once, in log order.
+    delivered: int = 0
+    catching_up: asyncio.Task[None] | None = None
+    more_to_catch: bool = False
 
     async def ready_tools(self) -> ToolHub | None:
         """The session's tool hub once its servers have started (or failed).
@@ -154,6 +160,8 @@ class LiveSession:
                 )
                 seq, interrupted = await settled(logged)
                 cancelled = cancelled or interrupted
+                if seq is not None and seq > self.delivered + 1:
+                    await self._catch_up_locked(before=seq)  # another server's, first
                 if state is not None:
                     self.state, self.stop_reason = state, stop_reason
                 backed_up.update(self._deliver(seq, update, body))
@@ -194,7 +202,24 @@ class LiveSession:
         for watcher in list(self.watchers):
             watcher.deliver(self.id, None, update, body)
 
+    async def catch_up(self) -> None:
+        """Send the watchers what other servers logged since ``delivered``."""
+        async with self.log_lock:
+            await self._catch_up_locked()
+
+    async def _catch_up_locked(self, before: int | None = None) -> None:
+        for seq, body in await self.store.updates(self.id, after=self.delivered):
+            if before is not None and seq >= before:
+                break
+            update = orjson.loads(body)
+            if update.get("sessionUpdate") == "state_update":
+                self.state = update.get("state", self.state)
+                self.stop_reason = update.get("stopReason") if self.state == "idle" else None
+            self._deliver(seq, update, body)
+
     def _deliver(self, seq: int | None, update: dict[str, Any], body: bytes) -> list[Watcher]:
+        if seq is not None:
+            self.delivered = max(self.delivered, seq)
         backed_up = []
         for watcher in list(self.watchers):
             watcher.deliver(self.id, seq, update, body)
@@ -207,8 +232,12 @@ class LiveSession:
         (None: no replay), then the current state, then the live updates, with
         nothing between them.  An open permission question is put to it too."""
         async with self.log_lock:
+            if self.store.shared:
+                await self._catch_up_locked()  # the others' updates, to those watching
             if replay_after is not None:
                 for seq, body in await self.store.replay(self.id, after=replay_after):
+                    if seq > self.delivered:
+                        break  # logged elsewhere just now: the next catch-up sends it
                     watcher.replay(self.id, seq, body)
             self.watchers.add(watcher)
             await watcher.resumed(self.id, self.state_snapshot())

@@ -67,6 +67,11 @@ class AsyncStore:
         self._fast_appends = 0
         self._here: list[tuple[PendingUpdate, asyncio.Future[int]]] = []  # this loop pass
 
+    @property
+    def shared(self) -> bool:
+        """Other servers write to this store as they run (PostgreSQL)."""
+        return self.sync.dialect != "sqlite"
+
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
         call = functools.partial(_translated, fn, *args, **kwargs)
@@ -220,6 +225,15 @@ class AsyncStore:
     async def replay(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
         updates: list[tuple[int, bytes]] = await self._read("replay", session_id, after=after)
         return updates
+
+    async def updates(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
+        """Every logged update after ``after``, state changes included."""
+        rows: list[tuple[int, bytes]] = await self._read("updates_list", session_id, after=after)
+        return rows
+
+    async def last_seq(self, session_id: str) -> int:
+        seq: int = await self._read("last_seq", session_id)
+        return seq
 
     async def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"

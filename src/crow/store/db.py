@@ -60,6 +60,8 @@ __all__ = [
 #: a stuck lock ends a turn with a visible error instead of hanging it
 #: (``CROW_STORE_BUSY_TIMEOUT_MS`` tunes it, for slow disks and for tests).
 BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
+#: The PostgreSQL channel every logged update is announced on ("<session id> <seq>").
+UPDATES_CHANNEL = "crow_updates"
 LIST_PAGE_SIZE = 50
 
 
@@ -368,6 +370,9 @@ class Store:
         for seq, body in cursor:
             yield seq, body.encode()
 
+    def updates_list(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
+        return list(self.updates(session_id, after=after))
+
     def replay(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
         """What a resume replays: the updates after ``after`` less the state
         changes (a replay shows content; the current state follows it once)."""
@@ -487,7 +492,10 @@ class PostgresStore(Store):
         # Servers appending to one session wait for each other here: MAX(seq) + 1
         # is then never computed twice.
         self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
-        return super()._append(session_id, body, state, stop_reason, now)
+        seq = super()._append(session_id, body, state, stop_reason, now)
+        # Every server listening hears of it when this commits (crow.store.listen).
+        self.db.execute("SELECT pg_notify(?, ?)", (UPDATES_CHANNEL, f"{session_id} {seq}"))
+        return seq
 
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"

@@ -1,0 +1,52 @@
+"""Hearing of updates other servers log: PostgreSQL's LISTEN/NOTIFY.
+
+Several ``crow serve`` processes share a PostgreSQL store; a client attached to a
+session on one server must see, live, the turn another server runs.  Every append
+announces ``"<session id> <seq>"`` on the ``crow_updates`` channel in its own
+transaction (``PostgresStore._append``), so the announcement arrives once the row
+is visible.  ``follow_updates`` listens on a connection of its own and hands each
+announcement to a callback; the agent then reads the log from what it last
+delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
+but time, and nothing is sent twice.  A dropped connection is reopened (after a
+pause); the catch-up after it reads whatever was logged meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from .db import UPDATES_CHANNEL, redact_url
+
+__all__ = ["follow_updates"]
+
+log = logging.getLogger("crow.store")
+
+RECONNECT_S = 1.0
+
+
+async def follow_updates(
+    url: str, on_update: Callable[[str, int], None], on_reconnect: Callable[[], None]
+) -> None:
+    """Call ``on_update(session_id, seq)`` for every update logged, by any server,
+    until cancelled; ``on_reconnect()`` after a lost connection is back."""
+    import psycopg
+
+    first = True
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                await conn.execute(f"LISTEN {UPDATES_CHANNEL}")
+                if not first:
+                    on_reconnect()  # what was announced while we were away
+                first = False
+                async for notice in conn.notifies():
+                    session_id, _, seq = notice.payload.rpartition(" ")
+                    if seq.isdigit():
+                        on_update(session_id, int(seq))
+        except psycopg.Error as exc:
+            log.warning(
+                "listening to %s failed (%s); again in %.0f s", redact_url(url), exc, RECONNECT_S
+            )
+            await asyncio.sleep(RECONNECT_S)
