@@ -92,3 +92,22 @@ def test_a_turn_on_one_server_is_watched_live_from_another(
     )
     assert "result" in response, response
     assert _seqs(replayed)[0] == cursor + 1
+
+
+def test_a_cancel_sent_to_another_server_stops_the_turn(
+    crow, scripted_model, postgres_url, monkeypatch
+):
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    scripted_model.script(Hang())
+    runner = crow()
+    sid = runner.new_session()
+    other = crow(write=False)
+    other.resume(sid)
+    runner.prompt(sid, "wait for me")
+    scripted_model.wait_for_requests(1)
+    other.until_update(lambda u: u.get("state") == "running")
+    other.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    idle = other.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
+    assert idle["stopReason"] == "cancelled"
+    ran = runner.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
+    assert ran["stopReason"] == "cancelled"

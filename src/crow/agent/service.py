@@ -156,7 +156,7 @@ class CrowAgent:
         from crow.store.listen import follow_updates
 
         url = self.store.sync.url  # type: ignore[attr-defined]
-        heard = follow_updates(url, self._heard, self._heard_everything)
+        heard = follow_updates(url, self._heard, self._heard_everything, self._heard_cancel)
         self._listener = asyncio.create_task(heard, name="store-listener")
 
     def _heard(self, session_id: str, seq: int) -> None:
@@ -390,7 +390,16 @@ class CrowAgent:
 
     async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)
-        if session is not None:
+        if session is not None and session.busy:
+            session.cancel_turn("session/cancel")
+        elif session is not None and self.store.shared and session.state != "idle":
+            # The turn runs on another server (it holds the lease): ask it there.
+            self.spawn(self.store.announce_cancel(session.id), name=f"cancel-{session.id}")
+
+    def _heard_cancel(self, session_id: str) -> None:
+        """Another server's client cancelled a turn: ours, if it runs here."""
+        session = self.live.get(session_id)
+        if session is not None and session.busy:
             session.cancel_turn("session/cancel")
 
     def learn_model(self, name: str) -> None:

@@ -231,6 +231,9 @@ class AsyncStore:
         rows: list[tuple[int, bytes]] = await self._read("updates_list", session_id, after=after)
         return rows
 
+    async def announce_cancel(self, session_id: str) -> None:
+        await self.submit(self.sync.announce_cancel, session_id)  # type: ignore[attr-defined]
+
     async def last_seq(self, session_id: str) -> int:
         seq: int = await self._read("last_seq", session_id)
         return seq

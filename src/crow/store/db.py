@@ -62,6 +62,8 @@ __all__ = [
 BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
 #: The PostgreSQL channel every logged update is announced on ("<session id> <seq>").
 UPDATES_CHANNEL = "crow_updates"
+#: ... and a cancelled turn, for the server running it ("<session id>").
+CANCELS_CHANNEL = "crow_cancels"
 LIST_PAGE_SIZE = 50
 
 
@@ -469,6 +471,10 @@ class PostgresStore(Store):
 
     def checkpoint(self) -> None:
         """PostgreSQL checkpoints by itself."""
+
+    def announce_cancel(self, session_id: str) -> None:
+        """Ask whichever server runs the session's turn to cancel it."""
+        self.db.execute("SELECT pg_notify(?, ?)", (CANCELS_CHANNEL, session_id))
 
     def append_update(
         self,

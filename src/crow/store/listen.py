@@ -7,8 +7,10 @@ transaction (``PostgresStore._append``), so the announcement arrives once the ro
 is visible.  ``follow_updates`` listens on a connection of its own and hands each
 announcement to a callback; the agent then reads the log from what it last
 delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
-but time, and nothing is sent twice.  A dropped connection is reopened (after a
-pause); the catch-up after it reads whatever was logged meanwhile.
+but time, and nothing is sent twice.  ``crow_cancels`` carries a session id whose
+turn a client of another server cancelled: the server running it cancels it.  A
+dropped connection is reopened (after a pause); the catch-up after it reads
+whatever was logged meanwhile.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .db import UPDATES_CHANNEL, redact_url
+from .db import CANCELS_CHANNEL, UPDATES_CHANNEL, redact_url
 
 __all__ = ["follow_updates"]
 
@@ -27,10 +29,14 @@ RECONNECT_S = 1.0
 
 
 async def follow_updates(
-    url: str, on_update: Callable[[str, int], None], on_reconnect: Callable[[], None]
+    url: str,
+    on_update: Callable[[str, int], None],
+    on_reconnect: Callable[[], None],
+    on_cancel: Callable[[str], None],
 ) -> None:
     """Call ``on_update(session_id, seq)`` for every update logged, by any server,
-    until cancelled; ``on_reconnect()`` after a lost connection is back."""
+    until cancelled; ``on_reconnect()`` after a lost connection is back;
+    ``on_cancel(session_id)`` when a client of any server cancels that session's turn."""
     import psycopg
 
     first = True
@@ -38,10 +44,14 @@ async def follow_updates(
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 await conn.execute(f"LISTEN {UPDATES_CHANNEL}")
+                await conn.execute(f"LISTEN {CANCELS_CHANNEL}")
                 if not first:
                     on_reconnect()  # what was announced while we were away
                 first = False
                 async for notice in conn.notifies():
+                    if notice.channel == CANCELS_CHANNEL:
+                        on_cancel(notice.payload)
+                        continue
                     session_id, _, seq = notice.payload.rpartition(" ")
                     if seq.isdigit():
                         on_update(session_id, int(seq))
