@@ -127,7 +127,7 @@ export function projectAgentText(updates) {
 // Runs the v2 flow (initialize, new, prompt, idle, resume with replay, close) over raw, validated; resolves to the result.
 // newSessionMeta: session/new's _meta; untilAfterIdle(update): after the idle, wait for an update it accepts
 // (a judge's verdict comes after the worker's idle) before the resume.
-export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, newSessionMeta, untilAfterIdle }) {
+export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, newSessionMeta, untilAfterIdle, resumeSessionId }) {
   const stream = validatingStream(raw, (dir, err) => fail(`${dir} message invalid: ${err}`));
 
   // One projection for the whole connection, installed before session/new (§7.2).
@@ -193,13 +193,23 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, ne
     }
 
     const cwd = process.cwd();
-    const session = await agent.buildSession(newSessionMeta ? { cwd, _meta: newSessionMeta } : cwd).start();
-    sessionId = session.sessionId;
+    let session;
+    if (resumeSessionId) {
+      // An existing session (made elsewhere, e.g. on another server): attach to it.
+      sessionId = resumeSessionId;
+      await agent.request(acp.methods.agent.session.resume, { sessionId, cwd, mcpServers: [] });
+    } else {
+      session = await agent.buildSession(newSessionMeta ? { cwd, _meta: newSessionMeta } : cwd).start();
+      sessionId = session.sessionId;
+    }
     for (const n of early.splice(0)) onUpdate(n);
 
     phase = "live";
     awaitingStart = true;
-    const promptResponse = await session.prompt([{ type: "text", text: prompt }]);
+    const content = [{ type: "text", text: prompt }];
+    const promptResponse = session
+      ? await session.prompt(content)
+      : await agent.request(acp.methods.agent.session.prompt, { sessionId, prompt: content });
     await idle;
     if (untilAfterIdle) await afterIdle;
 
@@ -213,7 +223,7 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, ne
     phase = "closing";
     await agent.request(acp.methods.agent.session.close, { sessionId });
     phase = "closed";
-    session.dispose();
+    session?.dispose();
     // Give a misbehaving agent a moment to send something after close.
     await new Promise((r) => setTimeout(r, 50));
     beforeResult();

@@ -3,7 +3,7 @@
 // (/experimental/v2 + /experimental/http-client or /experimental/ws-client).
 //
 //   node drive_http.mjs --url URL [--transport http|ws] [--prompt TEXT]
-//                       [--token TOKEN] [--timeout-ms MS] [--trace]
+//                       [--token TOKEN] [--timeout-ms MS] [--trace] [--session ID]
 //
 // Connects to an ACP agent served at URL (e.g. http://127.0.0.1:8765/acp) and
 // runs initialize -> session/new -> session/prompt -> wait for running..idle ->
@@ -65,7 +65,7 @@ configureDriver("drive_http", {
 });
 
 function parseArgs(argv) {
-  const o = { url: undefined, transport: "http", prompt: "hello", token: undefined, timeoutMs: 20000, trace: false };
+  const o = { url: undefined, transport: "http", prompt: "hello", token: undefined, timeoutMs: 20000, trace: false, session: undefined };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -78,6 +78,7 @@ function parseArgs(argv) {
     else if (a === "--token") o.token = value();
     else if (a === "--timeout-ms") o.timeoutMs = Number(value());
     else if (a === "--trace") o.trace = true;
+    else if (a === "--session") o.session = value(); // attach to it instead of session/new
     else throw new Error(`unknown argument ${a}`);
   }
   if (!o.url) throw new Error("--url is required");
@@ -237,6 +238,7 @@ async function main() {
     driverInfo: DRIVER_INFO,
     prompt: opts.prompt,
     beforeResult: () => (closingOnPurpose = true),
+    resumeSessionId: opts.session,
   });
   // connectWith has closed the connection, which makes the SDK transport tear
   // itself down; wait for that to finish on the wire.
