@@ -30,7 +30,8 @@ _HOST = socket.gethostname()
 
 
 def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot; None if it is gone."""
+    """The process's start time in clock ticks since boot; None if it is gone (a
+    zombie, killed and not yet reaped by its parent, is gone: it runs nothing)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
@@ -40,6 +41,8 @@ def _start_time(pid: int) -> str | None:
         return "?"  # no procfs access: fall back to the pid alone
     # The command name (field 2) may hold spaces and parentheses: split after it.
     fields = stat[stat.rfind(b")") + 2 :].split()
+    if fields[:1] == [b"Z"]:
+        return None
     return fields[19].decode() if len(fields) > 19 else "?"
 
 

@@ -30,3 +30,20 @@ def test_an_owner_on_another_host_lives_as_long_as_its_lease():
     assert owner_alive("elsewhere:1:1", lease_expires=200.0, now=100.0)
     assert not owner_alive("elsewhere:1:1", lease_expires=50.0, now=100.0)
     assert not owner_alive("elsewhere:1:1", lease_expires=None, now=100.0)
+
+
+def test_a_killed_owner_its_parent_has_not_reaped_is_not_alive():
+    import time
+    from pathlib import Path
+
+    from crow.store.lease import _start_time
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    host = this_process().split(":")[0]
+    owner = f"{host}:{child.pid}:{_start_time(child.pid)}"
+    assert owner_alive(owner, expiry())
+    child.kill()  # a zombie now: nobody has waited for it yet
+    while b") Z " not in Path(f"/proc/{child.pid}/stat").read_bytes():
+        time.sleep(0.01)
+    assert not owner_alive(owner, expiry())
+    child.wait()

@@ -1,0 +1,199 @@
+"""Several ``crow serve --http`` processes on one PostgreSQL store.
+
+    python bench/cluster_bench.py --pg-url postgresql://user@host/db
+                                  [--clients 30] [--prompts 10] [--chunks 10]
+
+(``--pg-url`` names a maintenance database: the bench makes a database of its own
+per setup and drops it.)  In one run, with a zero-latency model server in its own
+process (``bench/zero_model.py``) and the load from ``bench/http_load.py`` (one
+process per server, the clients spread evenly, each client on its own session):
+
+- one server on SQLite (the home's file) beside one server on PostgreSQL;
+- 1, 2 and 3 servers on one PostgreSQL: prompts/s in all, p99 prompt -> idle
+  (the worst of the servers');
+- cross-server delivery: a client on server A runs turns while a client on server B
+  watches the session; for each turn, the time from A's client seeing the ``idle``
+  to B's client seeing it;
+- failover: a turn hangs on server A (its model never answers), A is killed with
+  SIGKILL, and a client of B resumes the session (B closes the dead owner's turn)
+  and prompts it: the time from the kill to the resume's answer, and to that
+  prompt's ``idle`` (B's first turn: it also asks the model server what it is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for extra in ("src", "tests", "tests/integration", "bench"):
+    sys.path.insert(0, str(ROOT / extra))
+
+from fakemodel import Hang, ScriptedModel, Text  # noqa: E402
+from http_bench import run_load, start, stop  # noqa: E402
+from serve_support import write_config  # noqa: E402
+from test_serve_http import client_for  # noqa: E402
+
+
+class Database:
+    """A fresh database on the server of ``admin_url``, dropped on exit."""
+
+    def __init__(self, admin_url: str) -> None:
+        import psycopg
+
+        self.admin_url = admin_url
+        self.name = f"crow_bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {self.name}")
+        self.url = f"{admin_url.rpartition('/')[0]}/{self.name}"
+
+    def __enter__(self) -> str:
+        return self.url
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {self.name} WITH (FORCE)")
+
+
+def servers(count: int, home: str, store_url: str | None) -> list[tuple[Any, str]]:
+    env = {**os.environ, "CROW_HOME": home}
+    if store_url:
+        env["CROW_STORE_URL"] = store_url
+    command = [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0"]
+    return [start(command, env) for _ in range(count)]
+
+
+def load(urls: list[str], clients: int, prompts: int) -> tuple[float, float]:
+    """The clients spread over ``urls`` at once: (prompts/s in all, worst p99 ms)."""
+    share = max(1, clients // len(urls))
+    with ThreadPoolExecutor(len(urls)) as pool:
+        results = list(pool.map(lambda url: run_load(url, share, prompts, 0.0), urls))
+    return sum(r["prompts_per_s"] for r in results), max(r["p99_ms"] for r in results)
+
+
+async def delivery_ms(url_a: str, url_b: str, turns: int) -> list[float]:
+    runner, watcher = await client_for(url_a), await client_for(url_b)
+    session = await runner.new_session("/tmp")
+    watched = await watcher.resume_session(session.id, "/tmp", replay=False)
+    gaps = []
+    for _ in range(turns):
+        seen_b = asyncio.get_running_loop().create_future()
+
+        def on_update(session_id: str, update: Any, seen: Any = seen_b) -> None:
+            if getattr(update, "state", None) == "idle" and not seen.done():
+                seen.set_result(time.perf_counter())
+
+        watcher.on_update(on_update)
+        await session.run("ping")
+        seen_a = time.perf_counter()
+        gaps.append((await seen_b - seen_a) * 1000)
+        watcher.off_update(on_update)
+    del watched
+    for client in (runner, watcher):
+        await client.__aexit__(None, None, None)
+    return gaps
+
+
+async def failover_ms(
+    server_a: Any, url_a: str, url_b: str, model: ScriptedModel
+) -> tuple[float, float]:
+    """(kill -> the session resumed on B, kill -> B's prompt answered), in ms."""
+    model.script(Hang(), Text(text="picked up"))
+    runner = await client_for(url_a)
+    session = await runner.new_session("/tmp")
+    await session.prompt("hang")
+    while not model.requests:
+        await asyncio.sleep(0.01)
+    killed = time.perf_counter()
+    server_a.send_signal(signal.SIGKILL)
+    survivor = await client_for(url_b)
+    resumed = await survivor.resume_session(session.id, "/tmp", replay=False)
+    resumed_ms = (time.perf_counter() - killed) * 1000
+    turn = await resumed.run("go on")
+    assert turn.stop_reason == "end_turn", turn.stop_reason
+    answered_ms = (time.perf_counter() - killed) * 1000
+    await survivor.__aexit__(None, None, None)
+    return resumed_ms, answered_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg-url", default=os.environ.get("CROW_TEST_PG_URL"), required=False)
+    parser.add_argument("--clients", type=int, default=30)
+    parser.add_argument("--prompts", type=int, default=10)
+    parser.add_argument("--chunks", type=int, default=10)
+    args = parser.parse_args()
+    if not args.pg_url:
+        parser.error("--pg-url (or CROW_TEST_PG_URL) is needed")
+    model = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "zero_model.py"), "--chunks", str(args.chunks)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert model.stdout is not None
+    base_url = model.stdout.readline().strip()
+    print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
+    try:
+        with tempfile.TemporaryDirectory() as home:
+            write_config(Path(home), base_url, extra="[tools]\nbuiltin = []\n")
+            setups: list[tuple[str, int, bool]] = [
+                ("1 server, SQLite", 1, False),
+                ("1 server, PostgreSQL", 1, True),
+                ("2 servers, PostgreSQL", 2, True),
+                ("3 servers, PostgreSQL", 3, True),
+            ]
+            for name, count, on_pg in setups:
+                with Database(args.pg_url) if on_pg else _nothing() as url:
+                    running = servers(count, home, url)
+                    try:
+                        rate, p99 = load([u for _, u in running], args.clients, args.prompts)
+                        print(f"  {name:22} {rate:7.0f} prompts/s  p99 {p99:7.1f} ms", flush=True)
+                    finally:
+                        for process, _ in running:
+                            stop(process)
+        with tempfile.TemporaryDirectory() as home, ScriptedModel() as scripted:
+            write_config(Path(home), scripted.base_url, extra="[tools]\nbuiltin = []\n")
+            with Database(args.pg_url) as url:
+                (a, url_a), (b, url_b) = servers(2, home, url)
+                try:
+                    scripted.set_default(Text(text="pong"))
+                    gaps = sorted(asyncio.run(delivery_ms(url_a, url_b, 50)))
+                    print(
+                        f"  cross-server idle delivery: p50 {statistics.median(gaps):.1f} ms, "
+                        f"p90 {gaps[int(len(gaps) * 0.9)]:.1f} ms, max {gaps[-1]:.1f} ms",
+                        flush=True,
+                    )
+                    took = asyncio.run(failover_ms(a, url_a, url_b, scripted))
+                    print(
+                        f"  failover (kill -9 of the owner -> prompt answered on B): {took:.0f} ms"
+                    )
+                finally:
+                    for process in (a, b):
+                        stop(process)
+    finally:
+        stop(model)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+if __name__ == "__main__":
+    main()
