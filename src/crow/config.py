@@ -180,6 +180,7 @@ class ServerSettings:
     idle_timeout_s: float = 60.0  # an HTTP connection with no request and no stream expires
     max_buffered_mib: float = 16.0  # a client this far behind that reads nothing is dropped
     max_output_stall_s: float = 5.0  # ... after this long
+    shutdown_grace_s: float = 30.0  # on SIGTERM, running turns get this long to finish
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -415,6 +416,11 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
             source,
             "server.max_output_stall_s",
             table.get("max_output_stall_s", defaults.max_output_stall_s),
+        ),
+        shutdown_grace_s=_positive_float(
+            source,
+            "server.shutdown_grace_s",
+            table.get("shutdown_grace_s", defaults.shutdown_grace_s),
         ),
     )
 

@@ -118,6 +118,7 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 # idle_timeout_s = 60      # an HTTP connection with no request and no open stream expires
 # max_buffered_mib = 16    # a client this far behind that reads nothing for
 # max_output_stall_s = 5   #   this long is dropped (it resumes with its cursor)
+# shutdown_grace_s = 30    # on SIGTERM: connections close, running turns get this long
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)

@@ -3,6 +3,7 @@ as the SQLite file, and several servers sharing one store."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 from fakemodel import Hang, Text
@@ -106,8 +107,62 @@ def test_a_cancel_sent_to_another_server_stops_the_turn(
     runner.prompt(sid, "wait for me")
     scripted_model.wait_for_requests(1)
     other.until_update(lambda u: u.get("state") == "running")
+    refused, _ = other.prompt(sid, "me too")  # one turn at a time, whichever server
+    assert refused["error"]["data"]["reason"] == "busy", refused
     other.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
     idle = other.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
     assert idle["stopReason"] == "cancelled"
     ran = runner.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
     assert ran["stopReason"] == "cancelled"
+
+
+async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_server(
+    crow_home, scripted_model, postgres_url
+):
+    """SIGTERM of the server running a turn: its connections close, the turn runs on;
+    the client resumes on another server from its cursor and misses nothing."""
+    import asyncio
+
+    from fakemodel import Slow
+    from serve_support import write_config
+    from test_serve_http import HttpServer, client_for
+
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    words = "one two three four five six seven eight nine ten"
+    # 5 s: longer than uvicorn's own grace for open connections (3 s)
+    scripted_model.script(Slow(words, chunks=10, delay_s=0.5))
+    env = {"CROW_STORE_URL": postgres_url}
+    first, second = HttpServer(env=env), HttpServer(env=env)
+    try:
+        client = await client_for(first.url)
+        session = await client.new_session("/tmp")
+        await session.prompt("count to eight")
+        while "two" not in session.projection.text():
+            await client.next_update(session.id)
+        cursor = client.seqs[session.id]
+        first.process.terminate()  # SIGTERM, mid-turn
+        with contextlib.suppress(Exception):
+            while True:  # the connection closes under us
+                await asyncio.wait_for(client.next_update(session.id), 10)
+        elsewhere = await client_for(second.url)
+        seqs: list[int] = []  # every crow/seq received, as it came
+        deliver = elsewhere.peer._on_notification
+
+        async def recording(method, params):
+            seq = ((params or {}).get("_meta") or {}).get("crow/seq")
+            if seq is not None:
+                seqs.append(seq)
+            await deliver(method, params)
+
+        elsewhere.peer._on_notification = recording
+        moved = await elsewhere.resume_session(session.id, "/tmp", replay_after=cursor)
+        while not (moved.projection.state == "idle" and moved.projection.stop_reason):
+            await asyncio.wait_for(elsewhere.next_update(session.id), 20)
+        assert moved.projection.stop_reason == "end_turn"  # finished, not cancelled
+        assert seqs == list(range(cursor + 1, cursor + 1 + len(seqs)))  # no gap, each once
+        assert first.process.wait(timeout=20) is not None
+        full = await elsewhere.resume_session(session.id, "/tmp", replay_after=0)
+        assert full.projection.text() == words
+    finally:
+        first.stop()
+        second.stop()

@@ -71,6 +71,9 @@ class ClientSide:
             connection=Connection(),
         )
         self.projections: dict[str, SessionProjection] = {}
+        #: The last ``_meta["crow/seq"]`` seen per session (a Crow agent's log cursor):
+        #: what to resume from with ``replay_after`` after a lost connection.
+        self.seqs: dict[str, int] = {}
         self._listeners: list[UpdateListener] = []
         self._changed: dict[str, asyncio.Event] = {}  # per session: fired, then replaced
         self._permission_tasks: dict[str, set[asyncio.Task[Any]]] = {}
@@ -255,6 +258,10 @@ class ClientSide:
         except ValidationError as exc:
             log.warning("dropping a malformed session/update: %s", exc.errors()[0].get("msg"))
             return
+        meta = (params or {}).get("_meta")
+        seq = meta.get("crow/seq") if isinstance(meta, dict) else None
+        if isinstance(seq, int):  # a Crow agent's place in the session's log
+            self.seqs[note.session_id] = seq
         self.projection(note.session_id).apply(note.update)
         for listener in self._listeners:
             listener(note.session_id, note.update)

@@ -183,6 +183,12 @@ async def serve_http(
             _unpublish(published)
             super().handle_exit(sig, frame)
 
+        async def shutdown(self, sockets: Any = None) -> None:
+            # Connections are closed (their clients reconnect elsewhere and resume from
+            # their cursor); running turns then get the grace period to finish.
+            await super().shutdown(sockets=sockets)
+            await agent.shutdown(grace_s=config.server.shutdown_grace_s)
+
     server = Server(
         uvicorn.Config(
             app,

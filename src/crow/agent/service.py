@@ -98,6 +98,7 @@ class CrowAgent:
         self._background: set[asyncio.Task[Any]] = set()
         self._lease_keeper: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None  # other servers' updates
+        self._shut_down = False
         self.judge: Follower | None = None  # set by crow serve
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
@@ -193,8 +194,17 @@ class CrowAgent:
                 session.watchers.discard(watcher)
                 self.unload_if_unwatched(session)
 
-    async def shutdown(self) -> None:
-        """Cancel running turns; each ends with idle/cancelled in the store."""
+    async def shutdown(self, grace_s: float = 0.0) -> None:
+        """Let running turns finish for up to ``grace_s`` (a server stopping on
+        SIGTERM: its clients resume elsewhere and watch the turn end there), then
+        cancel the rest; each ends with idle/cancelled in the store.  Once only."""
+        if self._shut_down:
+            return
+        self._shut_down = True
+        running = [s.turn.task for s in self.live.values() if s.turn and s.turn.task]
+        if grace_s > 0 and (running := [t for t in running if not t.done()]):
+            log.warning("waiting up to %.0f s for %d running turns", grace_s, len(running))
+            await asyncio.wait(running, timeout=grace_s)
         if self._listener is not None:
             self._listener.cancel()
         if self.judge is not None:
@@ -426,8 +436,11 @@ class CrowAgent:
             log.error("%s failed", task.get_name(), exc_info=task.exception())
 
     async def _load(self, record: SessionRecord) -> LiveSession:
-        """Make a stored session live, closing first a turn its dead owner left."""
-        if record.owner is not None and record.owner != self.owner and not is_orphaned(record):
+        """Make a stored session live, closing first a turn its dead owner left.  A
+        turn another live server runs: on a shared store its clients here watch it
+        (and cannot prompt until it ends); on a file no update would reach them."""
+        elsewhere = record.owner is not None and record.owner != self.owner
+        if elsewhere and not is_orphaned(record) and not self.store.shared:
             raise InvalidParams(
                 f"Session {record.id} is running a turn in another Crow process "
                 f"(pid {record.owner_pid}): wait for it to finish",
