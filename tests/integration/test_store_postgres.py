@@ -166,3 +166,38 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
     finally:
         first.stop()
         second.stop()
+
+
+def test_a_permission_asked_on_one_server_is_answered_on_another(
+    crow, crow_home, scripted_model, postgres_url, monkeypatch
+):
+    from fakemodel import ToolCalls
+    from test_serve_tools import probe_config
+
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    scripted_model.script(
+        ToolCalls(calls=[("probe__touch", {"path": "x.txt"})]), Text(text="touched")
+    )
+    runner = crow(extra=probe_config(extra='[permissions]\nedit = "ask"\n'))
+    sid = runner.new_session()
+    other = crow(write=False)
+    other.resume(sid)
+    runner.prompt(sid, "touch it")
+    asked_here = runner.recv()
+    while asked_here.get("method") != "session/request_permission":
+        asked_here = runner.recv()  # the runner's client sees it, and does not answer
+    asked_there = other.recv()
+    while asked_there.get("method") != "session/request_permission":
+        asked_there = other.recv()
+    assert asked_there["params"] == asked_here["params"], (asked_there, asked_here)
+    allow = next(o for o in asked_there["params"]["options"] if o["kind"] == "allow_once")
+    outcome = {"outcome": {"outcome": "selected", "optionId": allow["optionId"]}}
+    other.send({"jsonrpc": "2.0", "id": asked_there["id"], "result": outcome})
+    seen = runner.until_update(lambda u: u.get("state") == "idle")
+    withdrawn = [m for m in seen if m.get("method") == "$/cancel_request"]
+    assert [m["params"]["requestId"] for m in withdrawn] == [asked_here["id"]]
+    updates = [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
+    assert updates[-1]["stopReason"] == "end_turn"
+    finals = [u.get("status") for u in updates if u["sessionUpdate"] == "tool_call_update"]
+    assert "completed" in finals
+    assert text_of(updates) == "touched"

@@ -51,6 +51,7 @@ from . import commands, verdicts
 from .content import prompt_capabilities, to_user_content
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
+from .shared_questions import SharedQuestions
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 from .watchers import V2Watcher, Watcher
@@ -99,6 +100,9 @@ class CrowAgent:
         self._lease_keeper: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None  # other servers' updates
         self._shut_down = False
+        self.shared_questions: SharedQuestions | None = None
+        if self.store.shared:
+            self.shared_questions = SharedQuestions(self.store, self.live)
         self.judge: Follower | None = None  # set by crow serve
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
@@ -157,7 +161,14 @@ class CrowAgent:
         from crow.store.listen import follow_updates
 
         url = self.store.sync.url  # type: ignore[attr-defined]
-        heard = follow_updates(url, self._heard, self._heard_everything, self._heard_cancel)
+        assert self.shared_questions is not None
+        heard = follow_updates(
+            url,
+            self._heard,
+            self._heard_everything,
+            self._heard_cancel,
+            self.shared_questions.heard,
+        )
         self._listener = asyncio.create_task(heard, name="store-listener")
 
     def _heard(self, session_id: str, seq: int) -> None:
@@ -207,6 +218,8 @@ class CrowAgent:
             await asyncio.wait(running, timeout=grace_s)
         if self._listener is not None:
             self._listener.cancel()
+        if self.shared_questions is not None:
+            await self.shared_questions.aclose()
         if self.judge is not None:
             await self.judge.aclose()
         turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done]
@@ -458,6 +471,8 @@ class CrowAgent:
             return live
         session = self.activate(record)
         session.delivered = delivered  # what a replay gives; live updates come after
+        if self.shared_questions is not None:
+            await self.shared_questions.pick_up(session.id)
         return session
 
     def activate(self, record: SessionRecord) -> LiveSession:
@@ -472,6 +487,8 @@ class CrowAgent:
             stop_reason=record.stop_reason,
             title=record.title,
         )
+        if self.shared_questions is not None:
+            session.remote_askers = self.shared_questions.asker(record.id)
         self.live[record.id] = session
         return session
 

@@ -68,6 +68,8 @@ class LiveSession:
     delivered: int = 0
     catching_up: asyncio.Task[None] | None = None
     more_to_catch: bool = False
+    #: On a shared store: the clients of the other servers, asked with ours.
+    remote_askers: Any = None
 
     async def ready_tools(self) -> ToolHub | None:
         """The session's tool hub once its servers have started (or failed).
@@ -254,6 +256,8 @@ class LiveSession:
             for watcher in list(self.watchers):
                 if not watcher.follower:
                     question.ask(watcher)
+            if self.remote_askers is not None:
+                question.ask(self.remote_askers)
             return await question.outcome()
         finally:
             self.questions.discard(question)

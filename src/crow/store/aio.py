@@ -231,6 +231,21 @@ class AsyncStore:
         rows: list[tuple[int, bytes]] = await self._read("updates_list", session_id, after=after)
         return rows
 
+    async def file_question(self, question_id: str, session_id: str, params: str) -> None:
+        await self.submit(self.sync.file_question, question_id, session_id, params)
+
+    async def answer_question(self, question_id: str, outcome: str) -> bool:
+        return await self.submit(self.sync.answer_question, question_id, outcome)
+
+    async def close_question(self, question_id: str) -> None:
+        await self.submit(self.sync.close_question, question_id)
+
+    async def question(self, question_id: str) -> tuple[str, str, str | None, bool] | None:
+        return await self.submit(self.sync.question, question_id)
+
+    async def open_questions(self, session_id: str) -> list[str]:
+        return await self.submit(self.sync.open_questions, session_id)
+
     async def announce_cancel(self, session_id: str) -> None:
         await self.submit(self.sync.announce_cancel, session_id)  # type: ignore[attr-defined]
 

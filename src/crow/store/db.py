@@ -64,6 +64,8 @@ BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
 UPDATES_CHANNEL = "crow_updates"
 #: ... and a cancelled turn, for the server running it ("<session id>").
 CANCELS_CHANNEL = "crow_cancels"
+#: ... and a permission question filed, answered or closed ("<question id>").
+QUESTIONS_CHANNEL = "crow_questions"
 LIST_PAGE_SIZE = 50
 
 
@@ -390,6 +392,39 @@ class Store:
         ).fetchone()
         return int(row[0])
 
+    # ---- permission questions shared between servers ------------------------------
+    def file_question(self, question_id: str, session_id: str, params: str) -> None:
+        self.db.execute(
+            "INSERT INTO questions (id, session_id, params) VALUES (?, ?, ?)",
+            (question_id, session_id, params),
+        )
+
+    def answer_question(self, question_id: str, outcome: str) -> bool:
+        """Record ``outcome`` if the question is still open; True if this answer won."""
+        cursor = self.db.execute(
+            "UPDATE questions SET outcome = ? WHERE id = ? AND outcome IS NULL AND closed = 0",
+            (outcome, question_id),
+        )
+        return cursor.rowcount == 1
+
+    def close_question(self, question_id: str) -> None:
+        self.db.execute("UPDATE questions SET closed = 1 WHERE id = ?", (question_id,))
+
+    def question(self, question_id: str) -> tuple[str, str, str | None, bool] | None:
+        """(session id, params, outcome, closed), or None."""
+        row = self.db.execute(
+            "SELECT session_id, params, outcome, closed FROM questions WHERE id = ?",
+            (question_id,),
+        ).fetchone()
+        return None if row is None else (row[0], row[1], row[2], bool(row[3]))
+
+    def open_questions(self, session_id: str) -> list[str]:
+        rows = self.db.execute(
+            "SELECT id FROM questions WHERE session_id = ? AND closed = 0 AND outcome IS NULL",
+            (session_id,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
     # ---- the model transcript ---------------------------------------------------
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
@@ -475,6 +510,24 @@ class PostgresStore(Store):
     def announce_cancel(self, session_id: str) -> None:
         """Ask whichever server runs the session's turn to cancel it."""
         self.db.execute("SELECT pg_notify(?, ?)", (CANCELS_CHANNEL, session_id))
+
+    # Every change to a question is announced (its id): servers read the row.
+    def file_question(self, question_id: str, session_id: str, params: str) -> None:
+        super().file_question(question_id, session_id, params)
+        self._announce_question(question_id)
+
+    def answer_question(self, question_id: str, outcome: str) -> bool:
+        won = super().answer_question(question_id, outcome)
+        if won:
+            self._announce_question(question_id)
+        return won
+
+    def close_question(self, question_id: str) -> None:
+        super().close_question(question_id)
+        self._announce_question(question_id)
+
+    def _announce_question(self, question_id: str) -> None:
+        self.db.execute("SELECT pg_notify(?, ?)", (QUESTIONS_CHANNEL, question_id))
 
     def append_update(
         self,

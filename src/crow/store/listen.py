@@ -8,7 +8,9 @@ is visible.  ``follow_updates`` listens on a connection of its own and hands eac
 announcement to a callback; the agent then reads the log from what it last
 delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
 but time, and nothing is sent twice.  ``crow_cancels`` carries a session id whose
-turn a client of another server cancelled: the server running it cancels it.  A
+turn a client of another server cancelled: the server running it cancels it;
+``crow_questions`` the id of a permission question filed, answered or closed (the
+``questions`` table holds it: a client of any server may answer).  A
 dropped connection is reopened (after a pause); the catch-up after it reads
 whatever was logged meanwhile.
 """
@@ -19,7 +21,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .db import CANCELS_CHANNEL, UPDATES_CHANNEL, redact_url
+from .db import CANCELS_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
 
 __all__ = ["follow_updates"]
 
@@ -33,10 +35,12 @@ async def follow_updates(
     on_update: Callable[[str, int], None],
     on_reconnect: Callable[[], None],
     on_cancel: Callable[[str], None],
+    on_question: Callable[[str], None],
 ) -> None:
     """Call ``on_update(session_id, seq)`` for every update logged, by any server,
     until cancelled; ``on_reconnect()`` after a lost connection is back;
-    ``on_cancel(session_id)`` when a client of any server cancels that session's turn."""
+    ``on_cancel(session_id)`` when a client of any server cancels that session's turn;
+    ``on_question(question_id)`` when a permission question is filed, answered or closed."""
     import psycopg
 
     first = True
@@ -45,12 +49,16 @@ async def follow_updates(
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                 await conn.execute(f"LISTEN {UPDATES_CHANNEL}")
                 await conn.execute(f"LISTEN {CANCELS_CHANNEL}")
+                await conn.execute(f"LISTEN {QUESTIONS_CHANNEL}")
                 if not first:
                     on_reconnect()  # what was announced while we were away
                 first = False
                 async for notice in conn.notifies():
                     if notice.channel == CANCELS_CHANNEL:
                         on_cancel(notice.payload)
+                        continue
+                    if notice.channel == QUESTIONS_CHANNEL:
+                        on_question(notice.payload)
                         continue
                     session_id, _, seq = notice.payload.rpartition(" ")
                     if seq.isdigit():

@@ -60,6 +60,19 @@ MIGRATIONS: list[str] = [
     ALTER TABLE sessions ADD COLUMN owner TEXT;
     ALTER TABLE sessions ADD COLUMN lease_expires REAL;
     """,
+    # 2 -> 3: permission questions open to every server of a shared store.  The
+    # server running a turn files its question here; a client of any server may
+    # answer it, and the first answer wins (``outcome`` is set once).
+    """
+    CREATE TABLE questions (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        params TEXT NOT NULL,                 -- session/request_permission params, JSON
+        outcome TEXT,                         -- the first answer's outcome, JSON
+        closed INTEGER NOT NULL DEFAULT 0     -- answered here, withdrawn, or the turn ended
+    );
+    CREATE INDEX questions_by_session ON questions (session_id, closed);
+    """,
 ]
 
 

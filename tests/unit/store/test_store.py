@@ -259,3 +259,21 @@ async def test_the_async_store_on_postgres(postgres_url):
     with pytest.raises(StoreUnavailable, match="session store failed"):
         await store.submit(store.sync.db.execute, "SELECT * FROM no_such_table")
     await store.aclose()
+
+
+def test_the_first_answer_to_a_shared_question_wins(store):
+    store.create_session(session_id="s", cwd="/p", now="t")
+    store.file_question("q1", "s", '{"sessionId":"s"}')
+    assert store.open_questions("s") == ["q1"]
+    assert store.answer_question("q1", '{"outcome":"selected","optionId":"a"}')
+    assert not store.answer_question("q1", '{"outcome":"selected","optionId":"b"}')
+    assert store.question("q1") == (
+        "s",
+        '{"sessionId":"s"}',
+        '{"outcome":"selected","optionId":"a"}',
+        False,
+    )
+    store.file_question("q2", "s", "{}")
+    store.close_question("q2")
+    assert not store.answer_question("q2", "{}")  # withdrawn: too late
+    assert store.open_questions("s") == []
