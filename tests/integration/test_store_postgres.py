@@ -201,3 +201,23 @@ def test_a_permission_asked_on_one_server_is_answered_on_another(
     finals = [u.get("status") for u in updates if u["sessionUpdate"] == "tool_call_update"]
     assert "completed" in finals
     assert text_of(updates) == "touched"
+
+
+def test_a_dead_servers_turn_ends_for_clients_watching_elsewhere(
+    crow, scripted_model, postgres_url, monkeypatch
+):
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    scripted_model.script(Hang())
+    runner = crow()
+    sid = runner.new_session()
+    watcher = crow(write=False)
+    watcher.resume(sid)
+    runner.prompt(sid, "work")
+    watcher.until_update(lambda u: u.get("state") == "running")
+    runner.proc.send_signal(signal.SIGKILL)
+    runner.proc.wait(timeout=10)
+    # Nobody resumes or prompts: the survivor closes the turn on its own (a sweep).
+    seen = watcher.until_update(lambda u: u.get("state") == "idle")
+    updates = [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
+    assert updates[-1]["stopReason"] == "error"
+    assert any("interrupted" in note for note in notes(updates))

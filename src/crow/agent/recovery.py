@@ -19,6 +19,7 @@ exactly what the client had seen, then the closing.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, ToolCall, schema
 from crow.store.db import SessionRecord, Store
-from crow.store.lease import owner_alive
+from crow.store.lease import expiry, owner_alive, this_process
 
 from .session import new_id, now
 
@@ -59,11 +60,20 @@ def is_orphaned(record: SessionRecord) -> bool:
 
 
 def close_interrupted_turns(store: Store) -> list[str]:
-    """At start-up: close every turn whose process died; returns their session ids."""
+    """Close every turn whose process died; returns their session ids.
+
+    Several servers may find the same orphan at once (a shared store): each first
+    takes the dead owner's lease, and only the one that gets it closes the turn."""
     closed = []
+    closer = this_process()
     for record in store.interrupted_sessions():
         if not is_orphaned(record):
             continue  # another live process is running it
+        claimed = store.acquire_turn(
+            record.id, owner=closer, pid=os.getpid(), expires=expiry(), replacing=record.owner
+        )
+        if not claimed:
+            continue  # another server is closing it
         closing = closing_for(store, record.id)
         for message in closing.messages:
             store.append_message(record.id, message)

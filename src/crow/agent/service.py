@@ -64,6 +64,8 @@ log = logging.getLogger("crow.agent")
 MAX_SESSIONS_PER_CONNECTION = 64
 #: How long shutdown lets cancelled turns write their last updates.
 SHUTDOWN_TURN_WAIT_S = 0.5
+#: On a shared store, how often a server looks for turns whose server died.
+ORPHAN_SWEEP_S = 5.0
 #: Crow's own replay cursor: {"type": "_crow/after", "seq": N} replays the updates after N.
 AFTER_CURSOR = "_crow/after"
 SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
@@ -170,6 +172,17 @@ class CrowAgent:
             self.shared_questions.heard,
         )
         self._listener = asyncio.create_task(heard, name="store-listener")
+        self.spawn(self._close_orphans(), name="orphan-sweeper")
+
+    async def _close_orphans(self) -> None:
+        """On a shared store, close the turns of servers that died, without waiting for
+        a client to touch the session: those watching elsewhere see the turn end."""
+        while True:
+            await asyncio.sleep(ORPHAN_SWEEP_S)
+            try:
+                await self.store.submit(close_interrupted_turns, self.store.sync)
+            except StoreError as exc:
+                log.warning("closing interrupted turns failed: %s", exc)
 
     def _heard(self, session_id: str, seq: int) -> None:
         session = self.live.get(session_id)

@@ -162,7 +162,7 @@ class LiveSession:
                 )
                 seq, interrupted = await settled(logged)
                 cancelled = cancelled or interrupted
-                if seq is not None and seq > self.delivered + 1:
+                if seq is not None and seq > self.delivered + 1 and self.store.shared:
                     await self._catch_up_locked(before=seq)  # another server's, first
                 if state is not None:
                     self.state, self.stop_reason = state, stop_reason
