@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import inspect
 import logging
 import secrets
 import sys
@@ -168,10 +167,8 @@ async def serve_http(
         await serve_connection(agent, transport)  # v1 or v2, by its initialize
 
     async def session_exists(session_id: str) -> bool:
-        found: Any = store.get_session(session_id)
-        if inspect.isawaitable(found):  # the store's API may be async
-            found = await found
-        return found is not None
+        # Through the store's thread: never a database round trip on the event loop.
+        return session_id in agent.live or await agent.store.get_session(session_id) is not None
 
     app = AcpHttpApp(serve, limits=limits, check=security.check, session_exists=session_exists)
     published: list[Path] = []  # the runtime file, once written

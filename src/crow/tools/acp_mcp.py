@@ -71,15 +71,60 @@ class AcpMcpLinks:
         return transport, method, params.get("params")
 
 
-class AcpMcpTransport:
+class _RawMcp:
+    """Raw JSON-RPC with an MCP peer over the SDK's streams: our requests carry ids of
+    our own (``<prefix>-<n>``) and their replies are matched here."""
+
+    id_prefix = "crow"
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, asyncio.Future[Any]] = {}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def _request(self, method: str, params: Any) -> Any:
+        """The peer's raw result, or its error raised as an ``AcpError``."""
+        rid = f"{self.id_prefix}-{next(self._ids)}"
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[rid] = future
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._send(message)
+        try:
+            reply = await future
+        finally:
+            self._waiting.pop(rid, None)
+        error = getattr(reply, "error", None)
+        if error is not None:
+            raise AcpError.from_error(error.model_dump(exclude_none=True))
+        return reply.result
+
+    async def _notify(self, method: str, params: Any) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        await self._send(message)
+
+    def _resolve(self, reply: Any) -> None:
+        """A response from the peer: to the request of ours it answers."""
+        future = self._waiting.pop(str(reply.id), None)
+        if future is not None and not future.done():
+            future.set_result(reply)
+
+
+class AcpMcpTransport(_RawMcp):
     """An MCP client transport (``async with`` gives the SDK its two streams)."""
 
+    id_prefix = "acp"
+
     def __init__(self, links: AcpMcpLinks, server_id: str) -> None:
+        super().__init__()
         self.links = links
         self.server_id = server_id
         self.connection_id: str | None = None
-        self._ids = itertools.count(1)
-        self._waiting: dict[str, asyncio.Future[Any]] = {}  # the server's requests
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def __aenter__(self) -> tuple[Any, Any]:
@@ -115,17 +160,15 @@ class AcpMcpTransport:
         async for session_message in self._from_client:
             message = session_message.message
             if isinstance(message, JSONRPCRequest):
-                task = asyncio.create_task(self._request(message))
+                task = asyncio.create_task(self._forward_request(message))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
             elif isinstance(message, JSONRPCNotification):
                 await self.links.peer.notify(MCP_MESSAGE, self._envelope(message))
             else:  # a response to one of the server's own requests
-                future = self._waiting.pop(str(message.id), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
+                self._resolve(message)
 
-    async def _request(self, request: Any) -> None:
+    async def _forward_request(self, request: Any) -> None:
         from mcp_types import JSONRPCResponse
 
         try:
@@ -159,30 +202,13 @@ class AcpMcpTransport:
 
     # ---- what the server sends first --------------------------------------------
     async def server_request(self, method: str, params: Any) -> Any:
-        rid = f"acp-{next(self._ids)}"
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = future
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
-            message["params"] = params
-        await self._send(message)
-        try:
-            reply = await future
-        finally:
-            self._waiting.pop(rid, None)
-        error = getattr(reply, "error", None)
-        if error is not None:
-            raise AcpError.from_error(error.model_dump(exclude_none=True))
-        return reply.result
+        return await self._request(method, params)
 
     async def server_notification(self, method: str, params: Any) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        await self._send(message)
+        await self._notify(method, params)
 
 
-class McpRelay:
+class McpRelay(_RawMcp):
     """The provider's side: one in-process MCP server, spoken to in raw JSON-RPC.
 
     A proxy (``crow proxy memory``) serves an MCP server to the agent behind it: the
@@ -192,11 +218,12 @@ class McpRelay:
     One task owns the server's transport, as the SDK needs (ECOSYSTEM.md trap 6).
     """
 
+    id_prefix = "relay"
+
     def __init__(self, server: Any, send_first: Any) -> None:
+        super().__init__()
         self.server = server
         self.send_first = send_first
-        self._ids = itertools.count(1)
-        self._waiting: dict[str, asyncio.Future[Any]] = {}
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
@@ -232,9 +259,7 @@ class McpRelay:
                 continue
             method = getattr(message, "method", None)
             if method is None:  # a response to one of ours
-                future = self._waiting.pop(str(message.id), None)
-                if future is not None and not future.done():
-                    future.set_result(message)
+                self._resolve(message)
             else:
                 task = asyncio.ensure_future(self._first(message))
                 self._tasks.add(task)
@@ -254,27 +279,10 @@ class McpRelay:
 
     async def request(self, method: str, params: Any) -> Any:
         """Ask the server; its raw result, or its error raised as an ``AcpError``."""
-        rid = f"relay-{next(self._ids)}"
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting[rid] = future
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
-            message["params"] = params
-        await self._send(message)
-        try:
-            reply = await future
-        finally:
-            self._waiting.pop(rid, None)
-        error = getattr(reply, "error", None)
-        if error is not None:
-            raise AcpError.from_error(error.model_dump(exclude_none=True))
-        return reply.result
+        return await self._request(method, params)
 
     async def notify(self, method: str, params: Any) -> None:
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        await self._send(message)
+        await self._notify(method, params)
 
     async def _send(self, message: dict[str, Any]) -> None:
         import anyio
