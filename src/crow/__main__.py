@@ -1,7 +1,5 @@
 """``python -m crow``: the same as the ``crow`` command."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

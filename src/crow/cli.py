@@ -51,6 +51,20 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def run() -> None:
+    """The ``crow`` command: ``main``, then the exit."""
+    code = main()
+    from .imports import importing
+
+    if importing():  # an import thread must not meet the interpreter's finalization
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="crow", description="Crow: a persistent AI coding agent speaking ACP v2."
@@ -156,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         (
             "proxy",
-            "run one of Crow's proxies (judge) inside a proxy chain",
+            "run one of Crow's proxies (judge, memory, record) inside a proxy chain",
             proxy_command.__doc__,
             proxy_command.add_arguments,
         ),

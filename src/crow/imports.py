@@ -5,6 +5,11 @@ loop would stall every client; ``asyncio.to_thread`` would not, but it runs on
 the loop's default executor, which ``asyncio.run`` joins before the process
 may exit: an agent whose client closed its stdin mid-import would linger until
 the import is done.  ``import_off_loop`` uses a daemon thread instead.
+
+A daemon thread still inside a C extension's import when the interpreter
+finalizes can abort the process ("FATAL: exception not rethrown", seen when
+Ctrl-C left ``crow judge`` as it imported the model SDK): so the ``crow`` command
+leaves with ``os._exit`` when one is still running (``importing``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ import sys
 import threading
 from types import ModuleType
 
-__all__ = ["import_off_loop"]
+__all__ = ["import_off_loop", "importing"]
+
+THREAD_PREFIX = "import-"
+
+
+def importing() -> bool:
+    """Whether an import started by ``import_off_loop`` is still running."""
+    return any(t.name.startswith(THREAD_PREFIX) and t.is_alive() for t in threading.enumerate())
 
 
 async def import_off_loop(name: str) -> ModuleType:
@@ -46,5 +58,5 @@ async def import_off_loop(name: str) -> ModuleType:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
             loop.call_soon_threadsafe(done, *outcome)
 
-    threading.Thread(target=run, name=f"import-{name}", daemon=True).start()
+    threading.Thread(target=run, name=f"{THREAD_PREFIX}{name}", daemon=True).start()
     return await future

@@ -75,13 +75,18 @@ def test_a_turn_on_one_server_is_watched_live_from_another(
     ran = before + runner.until_update(lambda u: u.get("state") == "idle")
     seen = watcher.until_update(lambda u: u.get("state") == "idle")
 
-    def from_the_prompt(messages):
-        found = [m["params"]["update"] for m in messages if m.get("method") == "session/update"]
-        start = next(i for i, u in enumerate(found) if u["sessionUpdate"] == "user_message")
+    def logged_from_the_prompt(messages):
+        """(seq, update) of each logged update (live-only notices have no seq)."""
+        found = [
+            (m["params"]["_meta"]["crow/seq"], m["params"]["update"])
+            for m in messages
+            if m.get("method") == "session/update" and "_meta" in m["params"]
+        ]
+        start = next(i for i, (_, u) in enumerate(found) if u["sessionUpdate"] == "user_message")
         return found[start:]
 
-    # The same updates, the same order, each once: what the running server sent.
-    assert from_the_prompt(seen) == from_the_prompt(ran)
+    # The same logged updates, in the same order, each once: what the running server sent.
+    assert logged_from_the_prompt(seen) == logged_from_the_prompt(ran)
     assert _seqs(seen) == sorted(set(_seqs(seen)))
     assert text_of([m["params"]["update"] for m in seen]) == "one two three four five six"
     # A client that missed some resumes on a third server from its cursor.
