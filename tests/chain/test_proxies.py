@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from fakemodel import Text, ToolCalls
 from serve_support import write_config
@@ -368,3 +369,30 @@ def test_crow_serve_refuses_acp_servers_unless_configured(crow_home, scripted_mo
         assert "'acp' is not supported" in response["error"]["message"]
     finally:
         serve.close()
+
+
+def test_a_recorder_before_the_judge_keeps_its_verdicts(configured, tmp_path):
+    """record sees what its successor sends: with the judge after it, the verdicts too."""
+    from crow.store.db import Store
+
+    configured.script(Text(text="I wrote hello.txt"), PASS)
+    kept = tmp_path / "recorded.db"
+    record = shlex.join([*CROW, "proxy", "record", "--store", str(kept)])
+    client = RawAgent(shlex.split(chain(record, JUDGE, SERVE)))
+    try:
+        client.initialize()
+        sid = client.new_session()
+        client.request(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        client.until_update(lambda u: bool((u.get("_meta") or {}).get(VERDICT)))
+    finally:
+        client.close()
+    store = Store(kept)
+    try:
+        logged = [orjson.loads(body) for _, body in store.updates(sid)]
+    finally:
+        store.close()
+    verdicts = [u["_meta"][VERDICT] for u in logged if VERDICT in (u.get("_meta") or {})]
+    assert [v["verdict"] for v in verdicts] == ["pass"]
+    assert "user_message" in [u["sessionUpdate"] for u in logged]
