@@ -396,3 +396,27 @@ def test_a_recorder_before_the_judge_keeps_its_verdicts(configured, tmp_path):
     verdicts = [u["_meta"][VERDICT] for u in logged if VERDICT in (u.get("_meta") or {})]
     assert [v["verdict"] for v in verdicts] == ["pass"]
     assert "user_message" in [u["sessionUpdate"] for u in logged]
+
+
+def test_a_recorder_in_front_of_crow_on_the_same_store_logs_nothing_twice(configured):
+    from crow.config import Paths
+    from crow.store.db import Store
+
+    configured.script(Text(text="once"))
+    client = RawAgent(shlex.split(chain(RECORD, SERVE)))
+    try:
+        client.initialize()
+        sid = client.new_session()
+        client.request(
+            "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        client.until_update(lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle")
+    finally:
+        client.close()
+    store = Store(Paths.from_env().store)
+    try:
+        kinds = [orjson.loads(body)["sessionUpdate"] for _, body in store.updates(sid)]
+    finally:
+        store.close()
+    assert kinds.count("user_message") == 1, kinds
+    assert kinds.count("agent_message") == 1, kinds

@@ -15,6 +15,9 @@ logged).  A v1 agent's updates are logged as v2: the prompt becomes the turn's
 (with the answer's stop reason) frame the turn; what v2 has no place for (modes,
 commands) is left out.
 
+A session the store already keeps as an agent's own (a Crow behind the proxy on the
+same store) is left alone: it would be logged twice.
+
 A turn in progress holds the session's turn lease, as crow serve's own turns do:
 another Crow process cannot prompt it meanwhile, and if this proxy is killed the
 next Crow process closes the turn, as crash recovery does.
@@ -125,6 +128,11 @@ class RecordProxy:
                 )
         except StoreError as exc:
             log.error("cannot record session %s: %s", sid, exc)
+            return
+        if "recordedFrom" not in record.config:
+            # A session this store keeps already: the agent is a Crow on this store.
+            # Recording it too would log every update twice.
+            log.warning("not recording %s: the agent keeps it in this store itself", sid)
             return
         self.sessions.setdefault(sid, _Recording(titled=record.title is not None))
 
