@@ -62,6 +62,11 @@ class ProxySide:
         #: The version the chain runs, from ``_proxy/initialize`` (None before it).
         self.protocol_version: int | None = None
 
+    @property
+    def v1(self) -> bool:
+        """The chain runs ACP v1 (its shapes: ``agentCapabilities``, no message ids)."""
+        return self.protocol_version == 1
+
     # ---- handlers -------------------------------------------------------------
     def on_predecessor(self, method: str, fn: Handler) -> None:
         """Answer the predecessor's ``method`` requests with ``await fn(params)``."""

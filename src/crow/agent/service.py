@@ -476,16 +476,17 @@ class CrowAgent:
             await self.store.submit(close_interrupted_turns, self.store.sync)
             record = await self.store.get_session(record.id) or record
         live = self.live.get(record.id)
-        if live is not None:
-            return live
+        if live is not None or self.shared_questions is None:
+            return live or self.activate(record)
+        # A shared store: other servers append too.  Live updates start after what
+        # the log holds now; the questions already open there are asked here too.
         delivered = await self.store.last_seq(record.id)
         live = self.live.get(record.id)  # made live meanwhile
         if live is not None:
             return live
         session = self.activate(record)
-        session.delivered = delivered  # what a replay gives; live updates come after
-        if self.shared_questions is not None:
-            await self.shared_questions.pick_up(session.id)
+        session.delivered = delivered
+        await self.shared_questions.pick_up(session.id)
         return session
 
     def activate(self, record: SessionRecord) -> LiveSession:

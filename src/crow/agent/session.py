@@ -234,11 +234,12 @@ class LiveSession:
         (None: no replay), then the current state, then the live updates, with
         nothing between them.  An open permission question is put to it too."""
         async with self.log_lock:
-            if self.store.shared:
+            shared = self.store.shared
+            if shared:
                 await self._catch_up_locked()  # the others' updates, to those watching
             if replay_after is not None:
                 for seq, body in await self.store.replay(self.id, after=replay_after):
-                    if seq > self.delivered:
+                    if shared and seq > self.delivered:
                         break  # logged elsewhere just now: the next catch-up sends it
                     watcher.replay(self.id, seq, body)
             self.watchers.add(watcher)

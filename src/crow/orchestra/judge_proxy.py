@@ -78,14 +78,10 @@ class JudgeProxy:
         proxy.on_predecessor_notification("session/cancel", self._cancel)
         proxy.on_successor_notification("session/update", self._update)
 
-    @property
-    def v1(self) -> bool:
-        return self.proxy.protocol_version == 1
-
     async def _initialize(self, params: Any) -> Any:
         result = await self.proxy.request_successor("initialize", params)
         if isinstance(result, dict):
-            key = "agentCapabilities" if self.v1 else "capabilities"
+            key = "agentCapabilities" if self.proxy.v1 else "capabilities"
             capabilities = result.setdefault(key, {})
             if isinstance(capabilities, dict):
                 capabilities.setdefault("_meta", {})[VERIFY] = True
@@ -119,7 +115,7 @@ class JudgeProxy:
             session.rounds = 0  # a person's prompt starts the loop over
             session.turn = TurnFolder(request=text_of((params or {}).get("prompt")))
         result = await self.proxy.request_successor("session/prompt", params)
-        if self.v1 and session is not None and session.turn is not None:
+        if self.proxy.v1 and session is not None and session.turn is not None:
             turn, session.turn = session.turn, None  # v1: the answer ends the turn
             await self._judge(sid, session, turn.view(result.get("stopReason")))
         return result
@@ -138,7 +134,7 @@ class JudgeProxy:
             return
         session.turn.apply(update)
         ended = update.get("sessionUpdate") == "state_update" and update.get("state") == "idle"
-        if ended and session.turn.active and not self.v1:
+        if ended and session.turn.active and not self.proxy.v1:
             turn, session.turn = session.turn, None
             self._spawn(self._judge(sid, session, turn.view(update.get("stopReason"))))
 
@@ -156,7 +152,7 @@ class JudgeProxy:
         except Exception as exc:  # said to the client: never a silent pass
             log.exception("the judge failed")
             verdict = Verdict("unknown", raw=f"the judge failed: {exc}")
-        again = verdict.verdict == "fail" and session.rounds < self.max_rounds and not self.v1
+        again = verdict.verdict == "fail" and session.rounds < self.max_rounds and not self.proxy.v1
         loop = Round(session.rounds, self.max_rounds, not again)
         await self._tell(sid, verdict, turn, loop)
         if again and not await self._follow_up(sid, session, verdict):
@@ -175,7 +171,7 @@ class JudgeProxy:
         text = {"type": "text", "text": verdict.line()[:MAX_VERDICT_CHARS]}
         meta: dict[str, Any] = {VERDICT: verdict_meta(verdict, turn, self.judge_model, loop)}
         update: dict[str, Any]
-        if self.v1:
+        if self.proxy.v1:
             update = {"sessionUpdate": "agent_message_chunk", "content": text, "_meta": meta}
         else:
             message_id = f"msg_v_{uuid.uuid4().hex[:12]}"

@@ -53,14 +53,10 @@ class MemoryProxy:
         proxy.on_successor_notification("mcp/message", self._notification)
         proxy.on_successor("mcp/disconnect", self._disconnect)
 
-    @property
-    def v1(self) -> bool:
-        return self.proxy.protocol_version == 1
-
     async def _initialize(self, params: Any) -> Any:
         result = await self.proxy.request_successor("initialize", params)
         result = result if isinstance(result, dict) else {}
-        if self.v1:
+        if self.proxy.v1:
             mcp = (result.get("agentCapabilities") or {}).get("mcpCapabilities") or {}
             self.over_acp = mcp.get("acp") is True
         else:
@@ -90,7 +86,7 @@ class MemoryProxy:
             "args": ["-m", "crow", "mcp", "memory", "--cwd", cwd],
             "env": [],
         }
-        return command if self.v1 else {"type": "stdio", **command}
+        return command if self.proxy.v1 else {"type": "stdio", **command}
 
     # ---- MCP over ACP: the agent reaches the server here -------------------------
     async def _connect(self, params: Any) -> Any:

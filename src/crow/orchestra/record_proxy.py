@@ -86,13 +86,9 @@ class RecordProxy:
         proxy.on_predecessor("session/prompt", self._prompt)
         proxy.on_successor_notification("session/update", self._update)
 
-    @property
-    def v1(self) -> bool:
-        return self.proxy.protocol_version == 1
-
     async def _initialize(self, params: Any) -> Any:
         result = await self.proxy.request_successor("initialize", params)
-        info = (result or {}).get("agentInfo" if self.v1 else "info") or {}
+        info = (result or {}).get("agentInfo" if self.proxy.v1 else "info") or {}
         self.agent_name = str(info.get("name") or self.agent_name or "an ACP agent")
         return result
 
@@ -149,7 +145,7 @@ class RecordProxy:
             recording.titled = True
             title = request.strip().splitlines()[0][:TITLE_CHARS]
             _quietly(self.store.submit(self.store.sync.update_session, sid, title=title))
-        if self.v1:
+        if self.proxy.v1:
             recording.reply_id = f"msg_a_{uuid.uuid4().hex[:12]}"
             recording.thought_id = f"msg_t_{uuid.uuid4().hex[:12]}"
             user: dict[str, Any] = {
@@ -162,10 +158,10 @@ class RecordProxy:
         try:
             result = await self.proxy.request_successor("session/prompt", params)
         except BaseException:
-            if self.v1:  # the turn ended without an answer: close it in the log
+            if self.proxy.v1:  # the turn ended without an answer: close it in the log
                 self._end(sid, recording, "cancelled")
             raise
-        if self.v1:
+        if self.proxy.v1:
             self._end(sid, recording, (result or {}).get("stopReason"))
         return result
 
@@ -179,7 +175,7 @@ class RecordProxy:
         assert isinstance(sid, str)
         if recording.turn is not None:
             recording.turn.apply(update)
-        if self.v1:
+        if self.proxy.v1:
             update = self._as_v2(recording, update)
             if update is not None:
                 self._log(sid, update)
