@@ -411,6 +411,8 @@ def test_a_recorder_in_front_of_crow_on_the_same_store_logs_nothing_twice(config
             "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": "go"}]}
         )
         client.until_update(lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle")
+    except EOFError:
+        raise AssertionError(client.proc.stderr.read().decode()) from None
     finally:
         client.close()
     store = Store(Paths.from_env().store)
@@ -420,3 +422,16 @@ def test_a_recorder_in_front_of_crow_on_the_same_store_logs_nothing_twice(config
         store.close()
     assert kinds.count("user_message") == 1, kinds
     assert kinds.count("agent_message") == 1, kinds
+
+
+def test_an_acp_server_without_its_server_id_is_refused(crow_home, scripted_model):
+    memory_config(crow_home, scripted_model.base_url, acp=True)
+    serve = RawAgent(shlex.split(SERVE))
+    try:
+        serve.initialize()
+        entry = {"type": "acp", "name": "x"}
+        response, _ = serve.request("session/new", {"cwd": "/tmp", "mcpServers": [entry]})
+        assert response["error"]["code"] == -32602
+        assert "needs its serverId" in response["error"]["message"]
+    finally:
+        serve.close()

@@ -95,18 +95,39 @@ def _check_not_newer(version: int) -> None:
 
 def migrate(db: sqlite3.Connection) -> int:
     """Apply every migration the database lacks; returns the final version."""
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    return _migrate_from(db, _user_version(db))
+
+
+def _migrate_from(db: sqlite3.Connection, version: int) -> int:
+    """Apply the migrations from ``version`` on.  Two processes opening a new store at
+    once (a conductor starting a recorder and crow serve) both read the old version:
+    the second's migration then fails on what the first made, and the version it
+    reads after that says the work is done."""
     _check_not_newer(version)
-    for number in range(version, len(MIGRATIONS)):
+    while version < len(MIGRATIONS):
         try:
             db.executescript(
-                f"BEGIN; {script(number, 'sqlite')}; PRAGMA user_version = {number + 1}; COMMIT;"
+                f"BEGIN IMMEDIATE; {script(version, 'sqlite')}; "
+                f"PRAGMA user_version = {version + 1}; COMMIT;"
             )
+        except sqlite3.OperationalError:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            found = _user_version(db)
+            if found <= version:
+                raise  # not another process's migration: a real failure
+            version = found
+            continue
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        version += 1
     return len(MIGRATIONS)
+
+
+def _user_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
 
 
 def migrate_postgres(conn: Any) -> int:

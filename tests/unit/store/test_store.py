@@ -277,3 +277,14 @@ def test_the_first_answer_to_a_shared_question_wins(store):
     store.close_question("q2")
     assert not store.answer_question("q2", "{}")  # withdrawn: too late
     assert store.open_questions("s") == []
+
+
+def test_a_store_migrated_meanwhile_by_another_process_opens(tmp_path):
+    """Two processes open a new store at once: both read version 0, one migrates first;
+    the other's migration finds the work done instead of failing."""
+    from crow.store.migrations import _migrate_from
+
+    Store(tmp_path / "both.db").close()  # the first process's migration
+    db = sqlite3.connect(tmp_path / "both.db", isolation_level=None)
+    assert _migrate_from(db, 0) == len(MIGRATIONS)  # the second, with its stale read
+    db.close()
