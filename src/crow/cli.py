@@ -231,6 +231,9 @@ def _serve(args: argparse.Namespace) -> int:
     from .redact import register_config_secrets
 
     register_config_secrets(config)  # their values are masked in every log line
+    from .gc_tuning import tune_for_serving
+
+    tune_for_serving()
     if args.http:
         return _serve_http(config, args)
     if sys.stdin.isatty():  # a person, not an editor: say what this is (stderr)

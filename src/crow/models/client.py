@@ -1,8 +1,8 @@
 """One streamed chat-completion call to one OpenAI-compatible model.
 
-``openai`` is imported on first use: it costs ~0.4 s, and an agent must answer
-``initialize`` long before its first model call.  The SDK's own retries are off
-(``max_retries=0``); ``router`` owns the one retry and fallback policy.
+The HTTP goes through ``transport`` (aiohttp), imported on first use: an agent
+must answer ``initialize`` long before its first model call.  There are no
+retries here; ``router`` owns the one retry and fallback policy.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+import orjson
 
 from ..config import Config, ModelSpec, ProviderSpec
 from ..redact import redact, redact_url
@@ -23,7 +25,6 @@ from .errors import (
     ModelOverloaded,
     ModelStreamBroken,
     ModelUnreachable,
-    translate_errors,
 )
 from .events import (
     Event,
@@ -36,25 +37,26 @@ from .events import (
 )
 from .local import LocalModels
 
+if TYPE_CHECKING:
+    from .transport import ModelHttp
+
 __all__ = ["ModelClient"]
 
 #: Seconds to open a connection to a model server.
 CONNECT_TIMEOUT_S = 10.0
 #: Seconds to wait for a TCP connect to zero config's guessed model server.
 PROBE_TIMEOUT_S = 1.0
-#: Seconds to wait, after ``[DONE]``, for the end of the body (see ``_drain``).
-DRAIN_S = 0.2
 #: Connections to one model server at once.
 MAX_CONNECTIONS = 1000
 
 
 class ModelClient:
-    """Streams chat completions; keeps one SDK client per provider, and the
+    """Streams chat completions; keeps one HTTP client per provider, and the
     embedded models (``kind = "local"`` providers) loaded in this process."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._clients: dict[str, Any] = {}
+        self._clients: dict[str, ModelHttp] = {}
         self._local: LocalModels | None = None
         self._seen_listening: set[str] = set()
         self._ollama_ids: dict[str, str] = {}  # a guessed model -> the id ollama has
@@ -63,30 +65,25 @@ class ModelClient:
         """Close the HTTP connections of every provider client, and free local models."""
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
-            await client.close()
+            await client.aclose()
         local, self._local = self._local, None
         if local is not None:
             await local.aclose()
 
-    def _client(self, provider: ProviderSpec) -> Any:
-        client = self._clients.get(provider.name)
-        if client is None:
-            import openai
+    def _http(self, provider: ProviderSpec) -> ModelHttp:
+        http = self._clients.get(provider.name)
+        if http is None:
+            from .transport import ModelHttp
 
-            from .transport import AiohttpTransport
-
-            key = _api_key(provider) or "not-needed"  # local servers ignore the key
             timeout = self.config.retry.timeout_s
-            client = self._clients[provider.name] = openai.AsyncOpenAI(
-                base_url=provider.base_url,
-                api_key=key,
-                max_retries=0,
-                timeout=openai.Timeout(timeout, connect=min(CONNECT_TIMEOUT_S, timeout)),
-                http_client=openai.DefaultAsyncHttpxClient(
-                    transport=AiohttpTransport(max_connections=MAX_CONNECTIONS)
-                ),
+            http = self._clients[provider.name] = ModelHttp(
+                provider.base_url,
+                api_key=_api_key(provider) or "not-needed",  # local servers ignore the key
+                timeout_s=timeout,
+                connect_timeout_s=min(CONNECT_TIMEOUT_S, timeout),
+                max_connections=MAX_CONNECTIONS,
             )
-        return client
+        return http
 
     async def _probe(self, spec: ModelSpec, provider: ProviderSpec) -> None:
         """Zero config's guessed server: is anything listening?  A bare TCP connect
@@ -142,7 +139,7 @@ class ModelClient:
             return
         if provider.guessed and provider.name not in self._seen_listening:
             await self._probe(spec, provider)
-        client = self._client(provider)
+        http = self._http(provider)
         model_id = self._ollama_ids.get(spec.name, spec.model_id) if provider.guessed else None
         if model_id and model_id != spec.model_id:
             yield Substituted(model=spec.name, model_id=model_id)
@@ -161,9 +158,10 @@ class ModelClient:
         finish_reason = None
         usage = None
         try:
-            with translate_errors(spec.name, provider.base_url), _transport_errors(spec.name):
-                stream = await _post_stream(client, request)
-                async for chunk in _chunks(stream.response, spec.name):
+            stream = http.post_stream("/chat/completions", _encode(request), spec.name)
+            async with contextlib.aclosing(stream):  # leaving early closes the connection
+                async for data in stream:
+                    chunk = _decode(data, spec.name)
                     if not isinstance(chunk, dict):
                         continue
                     if isinstance(chunk.get("error"), dict):  # an error event mid-stream
@@ -215,78 +213,23 @@ async def _ollama_pick(base_url: str, wanted: str) -> str:
     return str(names[0])
 
 
-async def _post_stream(client: Any, request: dict[str, Any]) -> Any:
-    """``chat.completions.create(stream=True)`` without the SDK's request transform.
-
-    The messages are already plain JSON, and ``create`` walks them against its
-    TypedDicts on every call: ~1 ms per message, 80 ms a turn in a long session.
-    ``post`` is the SDK's documented way to send a body as it is.
-    """
-    from openai import AsyncStream
-    from openai.types.chat import ChatCompletion
-
-    # Chunks stay plain dicts: building a ChatCompletionChunk model per chunk costs
-    # ~0.7 ms, more than everything else Crow does with it.  The body goes as bytes
-    # (``content``): orjson encodes a long history several times faster than json.
-    return await client.post(
-        "/chat/completions",
-        content=_encode(request),
-        cast_to=ChatCompletion,
-        stream=True,
-        stream_cls=AsyncStream[object],
-    )
-
-
 def _encode(request: dict[str, Any]) -> bytes:
-    import orjson
-
+    """The body as bytes: orjson encodes a long history several times faster than json."""
     try:
         return orjson.dumps(request)
     except orjson.JSONEncodeError:  # a lone surrogate: json escapes it
         return json.dumps(request).encode()
 
 
-async def _chunks(response: Any, model: str) -> AsyncIterator[Any]:
-    """The JSON data of each server-sent event of a completion stream.
-
-    Read straight off the HTTP response: the SDK's own stream decoder costs more
-    than the rest of a turn (bench/http_bench.py).  The stream ends at ``[DONE]``
-    or when the server closes it; the response is closed either way.
-    """
-    import orjson
-
-    data: list[str] = []
-    lines = response.aiter_lines()
+def _decode(data: bytes, model: str) -> Any:
+    """One event's JSON.  Chunks stay plain dicts: a ChatCompletionChunk model
+    per chunk would cost more than everything else Crow does with it."""
     try:
-        async for line in lines:
-            if line.startswith("data:"):
-                data.append(line[5:].lstrip())
-                continue
-            if line or not data:
-                continue  # another field (event:, id:, a comment), or nothing to dispatch
-            payload, data = "\n".join(data), []
-            if payload == "[DONE]":
-                await _drain(lines)
-                return
-            try:
-                yield orjson.loads(payload)
-            except orjson.JSONDecodeError:
-                raise ModelOverloaded(
-                    f"{model}: the model server sent malformed data ({payload[:80]!r})",
-                    model=model,
-                ) from None
-    finally:
-        await response.aclose()
-
-
-async def _drain(lines: AsyncIterator[str]) -> None:
-    """Read past ``[DONE]`` to the end of the body, so that the connection goes
-    back to the pool instead of being closed; a server that keeps the body open
-    after ``[DONE]`` is not waited for long."""
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(DRAIN_S):
-            async for _ in lines:
-                pass
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise ModelOverloaded(
+            f"{model}: the model server sent malformed data ({data[:80]!r})", model=model
+        ) from None
 
 
 def deltas(delta: dict[str, Any]) -> list[Event]:
@@ -309,27 +252,3 @@ def deltas(delta: dict[str, Any]) -> list[Event]:
             )
         )
     return events
-
-
-class _transport_errors:
-    """Errors of the HTTP stack that escape the SDK while a stream is read."""
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None or isinstance(exc, ModelError) or not isinstance(exc, Exception):
-            return
-        import httpx2
-
-        if isinstance(exc, httpx2.TimeoutException):
-            raise ModelUnreachable(
-                f"{self.model}: the model server stopped sending (timed out)", model=self.model
-            ) from exc
-        if isinstance(exc, (httpx2.HTTPError, OSError)):
-            raise ModelUnreachable(
-                f"{self.model}: the connection failed ({redact(str(exc))})", model=self.model
-            ) from exc

@@ -1,32 +1,63 @@
-"""An ``httpx2`` transport that sends model requests with aiohttp.
+"""The HTTP under a model call: one streamed ``POST`` over aiohttp.
 
-The ``openai`` SDK speaks ``httpx2``; this swaps only the layer below it.  Under
-100 concurrent turns, httpcore's pure-Python HTTP/1.1 and its per-read cancel
-scopes were the largest share of Crow's CPU; aiohttp parses in C and keeps every
-connection alive (bench/http_bench.py: ~1.4x the prompts/s).
+Crow sends chat completions itself rather than through the ``openai`` SDK.  The
+body is JSON Crow already holds, the reply is server-sent events it reads as
+bytes, and what is left of the SDK on that path (its request options, an
+``httpx2`` request, a transport adapter, URL parsing per call) cost 1.4 ms of
+CPU per model call, where aiohttp alone costs 0.25 ms (bench/http_bench.py:
+a fifth of crow serve's CPU per prompt).  aiohttp parses HTTP in C and keeps
+every connection alive.
 
-The SDK vendors a transport like this one (``openai.DefaultAioHttpClient``), but
-it reports a refused connection as a timeout and rejects base URLs that carry
-credentials, so Crow keeps its own, with the error mapping ``errors`` relies on:
-connect timeout, read timeout, connect error, read error.
+Failures become ``ModelError``s here, as ``errors`` classifies them: a status
+of 400 and up by its code and text; a refused or failed connection as
+unreachable; a read that times out as a timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
-import httpx2
+import orjson
 
-__all__ = ["AiohttpTransport"]
+from ..redact import redact, redact_url
+from .errors import ModelError, ModelUnreachable, status_error
+
+__all__ = ["ModelHttp"]
+
+#: Bytes of an error answer's body read for its message.
+ERROR_BODY_BYTES = 64 * 1024
 
 
-class AiohttpTransport(httpx2.AsyncBaseTransport):
-    """One aiohttp session (made on first use, inside the running loop)."""
+class ModelHttp:
+    """Streamed POSTs to one model server: one aiohttp session (made on first
+    use, inside the running loop), its connections kept alive."""
 
-    def __init__(self, *, max_connections: int, keepalive_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str,
+        timeout_s: float,
+        connect_timeout_s: float,
+        max_connections: int,
+        keepalive_s: float = 5.0,
+    ) -> None:
+        self.base_url = base_url
+        self._url, authorization = _split_credentials(base_url.rstrip("/"), api_key)
+        self._headers = {
+            "Authorization": authorization,
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+        }
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=timeout_s, sock_connect=connect_timeout_s, sock_read=timeout_s
+        )
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
@@ -36,37 +67,39 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections, keepalive_timeout=self._keepalive_s
             )
-            # trust_env: HTTP(S)_PROXY, NO_PROXY and .netrc, as httpx honours them
+            # trust_env: HTTP(S)_PROXY, NO_PROXY and .netrc, as other HTTP clients do
             self._session = aiohttp.ClientSession(connector=connector, trust_env=True)
         return self._session
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        timeout = request.extensions.get("timeout", {})
-        # httpx has already turned URL credentials into the Authorization header
-        url = str(request.url.copy_with(username=None, password=None))
-        with _mapped_errors(connecting=True):
-            response = await self._client().request(
-                request.method,
-                url,
-                headers=request.headers.multi_items(),
-                data=await request.aread() or None,
+    async def post_stream(self, path: str, body: bytes, model: str) -> AsyncGenerator[bytes, None]:
+        """POST ``body`` to ``path`` and yield the data of each server-sent event.
+
+        The stream ends at ``[DONE]`` (the rest of the body is read, so that the
+        connection goes back to the pool) or when the server ends the body.
+        Raises ``ModelError``s; leaving early closes the connection, which tells
+        the server to stop generating.
+        """
+        with _failures(model, self.base_url, sending=True):
+            response = await self._client().post(
+                self._url + path,
+                data=body,
+                headers=self._headers,
                 allow_redirects=False,
-                auto_decompress=False,  # httpx decodes the body itself
+                auto_decompress=True,
                 compress=False,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    connect=timeout.get("pool"),
-                    sock_connect=timeout.get("connect"),
-                    sock_read=timeout.get("read"),
-                ),
+                timeout=self._timeout,
             )
-        return httpx2.Response(
-            status_code=response.status,
-            headers=response.raw_headers,
-            stream=_Body(response),
-            request=request,
-            extensions={"http_version": b"HTTP/1.1"},
-        )
+        try:
+            if response.status >= 400:
+                raise status_error(model, response.status, await _error_text(response))
+            with _failures(model, self.base_url, sending=False):
+                async for data in _events(response):
+                    if data == b"[DONE]":
+                        await _drain(response)
+                        return
+                    yield data
+        finally:
+            response.release()  # to the pool if read to its end, else closed
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -74,37 +107,93 @@ class AiohttpTransport(httpx2.AsyncBaseTransport):
             await session.close()
 
 
-class _Body(httpx2.AsyncByteStream):
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
+async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The data of each event of a ``text/event-stream`` body (other fields and
+    comments skipped; several ``data:`` lines of one event joined by newlines)."""
+    buffer = b""
+    data: list[bytes] = []
+    async for chunk in response.content.iter_any():
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            line = line.removesuffix(b"\r")
+            if line.startswith(b"data:"):
+                data.append(line[5:].lstrip())
+            elif not line and data:
+                yield b"\n".join(data)
+                data = []
+    if data:  # a body that ends without the blank line after its last event
+        yield b"\n".join(data)
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        with _mapped_errors(connecting=False):
-            async for chunk in self._response.content.iter_any():
-                yield chunk
 
-    async def aclose(self) -> None:
-        # back to the pool if the body was read to its end; closed (which tells
-        # the server to stop generating) if it was not
-        self._response.release()
+async def _drain(response: aiohttp.ClientResponse, seconds: float = 0.2) -> None:
+    """Read past ``[DONE]`` to the end of the body; a server that keeps the body
+    open after it is not waited for long (its connection is then closed)."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(seconds):
+            await response.read()
+
+
+async def _error_text(response: aiohttp.ClientResponse) -> str:
+    """What an error answer says: its JSON ``error.message`` (or ``error`` as
+    text, or ``message``), else its text; credentials masked, for it is logged
+    and sent to the client."""
+    try:
+        raw = await response.content.read(ERROR_BODY_BYTES)
+    except (aiohttp.ClientError, OSError, TimeoutError):
+        raw = b""
+    text = raw.decode("utf-8", "replace").strip()
+    with contextlib.suppress(ValueError):
+        body: Any = orjson.loads(raw)
+        inner = body.get("error", body) if isinstance(body, dict) else None
+        if isinstance(inner, dict) and inner.get("message"):
+            text = str(inner["message"])
+        elif isinstance(inner, str) and inner:
+            text = inner
+    return redact(text or response.reason or "no reason given")
 
 
 @contextlib.contextmanager
-def _mapped_errors(*, connecting: bool) -> Iterator[None]:
-    """aiohttp's exceptions as the httpx ones the SDK and ``client`` expect."""
+def _failures(model: str, base_url: str, *, sending: bool) -> Iterator[None]:
+    """aiohttp's exceptions as ModelErrors: connecting, or reading the reply."""
     try:
         yield
-    except aiohttp.ConnectionTimeoutError as exc:
-        raise httpx2.ConnectTimeout(str(exc) or "connecting timed out") from exc
-    except aiohttp.ServerTimeoutError as exc:  # the socket read timeout
-        raise httpx2.ReadTimeout(str(exc) or "reading timed out") from exc
-    except aiohttp.ClientConnectorError as exc:
-        raise httpx2.ConnectError(_text(exc)) from exc
-    except aiohttp.InvalidURL as exc:
-        raise httpx2.UnsupportedProtocol(f"not a usable URL: {exc}") from exc
+    except ModelError:
+        raise
+    except (aiohttp.ConnectionTimeoutError, aiohttp.ServerTimeoutError, TimeoutError) as exc:
+        why = "the request timed out" if sending else "the model server stopped sending (timed out)"
+        raise ModelUnreachable(f"{model}: {why}", model=model) from exc
+    except (aiohttp.ClientConnectorError, aiohttp.InvalidURL) as exc:
+        raise _cannot_reach(model, base_url, exc) from exc
     except (aiohttp.ClientError, OSError) as exc:
-        error: Any = httpx2.ConnectError if connecting else httpx2.ReadError
-        raise error(_text(exc)) from exc
+        if sending:
+            raise _cannot_reach(model, base_url, exc) from exc
+        raise ModelUnreachable(
+            f"{model}: the connection failed ({redact(_text(exc))})", model=model
+        ) from exc
+
+
+def _cannot_reach(model: str, base_url: str, exc: BaseException) -> ModelUnreachable:
+    return ModelUnreachable(
+        f"{model}: cannot reach the model server at {redact_url(base_url)} "
+        f"({redact(_text(exc))}): start it, or point Crow at another "
+        "(OPENAI_BASE_URL, or base_url in config.toml)",
+        model=model,
+    )
+
+
+def _split_credentials(url: str, api_key: str) -> tuple[str, str]:
+    """The URL without ``user:password@``, and the Authorization header: Basic
+    with the URL's credentials when it has them, else Bearer with the key."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, f"Bearer {api_key}"
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    return urlunsplit(parts._replace(netloc=netloc)), f"Basic {base64.b64encode(pair).decode()}"
 
 
 def _text(exc: BaseException) -> str:

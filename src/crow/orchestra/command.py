@@ -94,8 +94,8 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
 
             def attached() -> None:
                 print(f"crow judge: watching session {args.session}", file=sys.stderr, flush=True)
-                # The model SDK's import (~0.5 s) now, not when the first turn ends.
-                warming.append(asyncio.create_task(import_off_loop("openai")))
+                # The model client's import now, not when the first turn ends.
+                warming.append(asyncio.create_task(import_off_loop("crow.models.transport")))
 
             warming: list[asyncio.Task[Any]] = []
             judged = verify(
