@@ -12,6 +12,7 @@ every prompt several times over (the update log, the transcript, replays).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from crow.acp import InvalidParams, schema
@@ -27,6 +28,7 @@ _AUDIO_FORMATS = {
 }
 
 
+@functools.lru_cache(maxsize=8)  # asked for every prompt; read, never changed
 def prompt_capabilities(model_capabilities: frozenset[str]) -> schema.PromptCapabilities:
     """What prompts may carry: embedded context always (it is text to us)."""
     caps = schema.PromptCapabilities(embedded_context=schema.PromptEmbeddedContextCapabilities())

@@ -580,12 +580,8 @@ class CrowAgent:
 
     async def _acquire(self, session_id: str) -> bool:
         """Acquire; if the prompt is withdrawn meanwhile, give the lease back."""
-        attempt = self.store.submit(
-            self.store.sync.acquire_turn,
-            session_id,
-            owner=self.owner,
-            pid=os.getpid(),
-            expires=expiry(),
+        attempt = self.store.acquire_turn(
+            session_id, owner=self.owner, pid=os.getpid(), expires=expiry()
         )
         taken, cancelled = await settled(attempt)
         if cancelled:

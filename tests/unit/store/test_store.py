@@ -181,6 +181,33 @@ async def test_the_async_store_runs_calls_in_order_off_the_loop(tmp_path):
     await store.aclose()
 
 
+async def test_messages_and_leases_are_written_on_the_loop_or_wait_on_the_thread(tmp_path):
+    """Nothing queued: the write is done on the loop's connection by the time the call
+    returns.  Another process holding the write lock: it waits for it on the thread,
+    and a later append queues behind it (the order of the calls is kept)."""
+    import asyncio
+
+    from crow.store.aio import AsyncStore
+
+    store = AsyncStore(Store(tmp_path / "a.db"))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    lease = store.acquire_turn("s", owner="me", pid=1, expires=100.0)
+    assert lease.done() and lease.result() is True  # no hop to the thread
+    other = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process writes
+    message = asyncio.ensure_future(store.append_message("s", {"role": "user", "content": "a"}))
+    await asyncio.sleep(0.2)
+    assert not message.done()  # waiting for the lock, on the thread: the loop runs
+    update = store.append_update("s", b"{}")
+    other.execute("COMMIT")
+    other.close()
+    assert await message == 1 and await update == 1
+    await store.release_turn("s", owner="me")
+    assert (await store.get_session("s")).owner is None
+    assert [e.message["content"] for e in await store.transcript("s")] == ["a"]
+    await store.aclose()
+
+
 def test_the_transcript_keeps_a_lone_surrogate_that_orjson_refuses(store):
     store.create_session(session_id="s", cwd="/p", now="t")
     odd = {"role": "user", "content": "half a pair: \ud800"}
