@@ -237,6 +237,24 @@ def test_an_idle_connection_expires_and_frees_its_slot(start):
         assert expired.status_code == 410 and "expired" in expired.json()["error"]
 
 
+def test_an_idle_event_stream_gets_keepalive_comments_and_then_its_events(start):
+    server = start(keepalive_s=0.3)
+    connection = open_connection(server.url)
+    headers = {"Accept": "text/event-stream", "Acp-Connection-Id": connection}
+    with httpx2.stream("GET", server.url, headers=headers, timeout=10) as stream:
+        assert stream.status_code == 200
+        lines = stream.iter_lines()
+        comments = 0
+        while comments < 3:
+            line = next(lines)
+            assert not line.startswith("data:"), line
+            comments += line == ": keepalive"
+        listed = post(server.url, rpc(2, "session/list"), **{"Acp-Connection-Id": connection})
+        assert listed.status_code == 202
+        answer = next(line for line in lines if line.startswith("data:"))
+        assert json.loads(answer[5:])["id"] == 2
+
+
 async def test_a_websocket_past_the_connection_limit_is_told_503(start):
     server = start(max_connections=1)
     async with asyncio.timeout(20), connect(server.ws_url, max_size=None):

@@ -197,6 +197,9 @@ async def serve_http(
             ws="websockets-sansio",
             ws_max_size=app.limits.max_message_bytes,
             timeout_graceful_shutdown=3,
+            # Crow reads no client address or scheme: uvicorn's X-Forwarded-* middleware
+            # would parse the peer's IP on every request for nothing.
+            proxy_headers=False,
         )
     )
     announce = asyncio.create_task(

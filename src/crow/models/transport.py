@@ -30,6 +30,7 @@ from .errors import ModelError, ModelUnreachable, status_error
 
 __all__ = ["ModelHttp"]
 
+USER_AGENT = "crow-cli"
 #: Bytes of an error answer's body read for its message.
 ERROR_BODY_BYTES = 64 * 1024
 
@@ -53,7 +54,8 @@ class ModelHttp:
         self._headers = {
             "Authorization": authorization,
             "Content-Type": "application/json",
-            "Accept": "text/event-stream",
+            "Accept": "application/json",  # as the openai SDK asks; the reply is SSE anyway
+            "User-Agent": USER_AGENT,
         }
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=timeout_s, sock_connect=connect_timeout_s, sock_read=timeout_s
@@ -114,6 +116,8 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     data: list[bytes] = []
     async for chunk in response.content.iter_any():
         buffer += chunk
+        if b"\n" not in chunk:
+            continue  # a long line on its way: split it once it has ended
         *lines, buffer = buffer.split(b"\n")
         for line in lines:
             line = line.removesuffix(b"\r")
@@ -138,10 +142,13 @@ async def _error_text(response: aiohttp.ClientResponse) -> str:
     """What an error answer says: its JSON ``error.message`` (or ``error`` as
     text, or ``message``), else its text; credentials masked, for it is logged
     and sent to the client."""
-    try:
-        raw = await response.content.read(ERROR_BODY_BYTES)
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        raw = b""
+    raw = b""
+    with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
+        while len(raw) < ERROR_BODY_BYTES:
+            chunk = await response.content.read(ERROR_BODY_BYTES - len(raw))
+            if not chunk:
+                break
+            raw += chunk
     text = raw.decode("utf-8", "replace").strip()
     with contextlib.suppress(ValueError):
         body: Any = orjson.loads(raw)

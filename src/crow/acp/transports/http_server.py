@@ -57,8 +57,6 @@ log = logging.getLogger("crow.acp.http")
 
 CONNECTION_HEADER = "acp-connection-id"
 SESSION_HEADER = "acp-session-id"
-#: Idle SSE streams get a comment this often, so proxies keep them open (§11).
-KEEPALIVE_S = 15.0
 #: How long the initialize POST waits for its answer.
 INITIALIZE_WAIT_S = 30.0
 #: How long a closing WebSocket waits to flush its last frames and close frame.
@@ -102,6 +100,8 @@ class HttpLimits:
     max_output_stall_s: float = 5.0
     #: An HTTP connection with no request and no open stream for this long expires.
     idle_timeout_s: float = 60.0
+    #: Idle SSE streams get a comment this often, so proxies keep them open (§11).
+    keepalive_s: float = 15.0
 
 
 class _Stream:
@@ -578,16 +578,21 @@ class AcpHttpApp:
 
 
 async def _events(stream: _Stream) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
     try:
         while True:
             if not stream.frames:
                 if stream.ended:
                     return
+                # A plain timer, not asyncio.timeout: this wait runs for every burst
+                # of every stream, and the context manager cost more than the wait.
+                wake = loop.call_later(stream.owner.limits.keepalive_s, stream.ready.set)
                 try:
-                    async with asyncio.timeout(KEEPALIVE_S):
-                        await stream.wait()
-                except TimeoutError:
-                    yield b": keepalive\n\n"
+                    await stream.wait()
+                finally:
+                    wake.cancel()
+                if not stream.frames and not stream.ended:
+                    yield b": keepalive\n\n"  # the timer woke it: nothing to send
                     continue
                 # A turn emits its updates in bursts: let the rest of this one arrive,
                 # so one write (one syscall, one h11 event) carries them all.
