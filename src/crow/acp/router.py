@@ -162,6 +162,9 @@ class ReplayTransport:
     def __init__(self, inner: Transport, frames: Sequence[bytes]) -> None:
         self.inner = inner
         self._frames = list(frames)
+        nowait = getattr(inner, "write_frames_nowait", None)
+        if nowait is not None:  # a BufferingTransport stays one (see Peer)
+            self.write_frames_nowait = nowait
 
     async def read_frame(self) -> bytes | None:
         if self._frames:

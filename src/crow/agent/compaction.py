@@ -35,7 +35,7 @@ def summary_text(message: dict[str, Any]) -> str:
 async def compact(turn: Turn, *, reason: str, keep_last_user: bool = True) -> bool:
     """Summarise all but the most recent messages; False if there is nothing to do."""
     store, session = turn.store, turn.session
-    entries = await store.transcript(session.id)
+    entries = await session.transcript()
     keep = KEEP_RECENT if keep_last_user else 0
     older, recent = (entries[:-keep], entries[-keep:]) if keep else (entries, [])
     if len(older) < 2:

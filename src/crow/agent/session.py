@@ -20,7 +20,7 @@ import orjson
 
 from crow.extensions import WAIT_OVER
 from crow.store.aio import AsyncStore, settled
-from crow.store.db import SessionRecord
+from crow.store.db import SessionRecord, TranscriptEntry
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
@@ -70,6 +70,29 @@ class LiveSession:
     more_to_catch: bool = False
     #: On a shared store: the clients of the other servers, asked with ours.
     remote_askers: Any = None
+    #: What the model sees, as last read (``transcript``), and the seq it was read to.
+    _transcript: list[TranscriptEntry] | None = None
+    _transcript_seq: int = 0
+
+    async def transcript(self) -> list[TranscriptEntry]:
+        """What the model sees (``Store.transcript``): the latest summary and every
+        message after it.  Read whole once, then only what was added since: every
+        model call asks, and reading and decoding a long session's every message
+        each time cost more than the rest of the call.  Reading what was added
+        rather than trusting our own writes keeps another process's turns (on the
+        same store) in.  The entries are shared between calls: never change them."""
+        if self._transcript is None:
+            entries = await self.store.transcript(self.id)
+        else:
+            entries = list(self._transcript)
+            for entry in await self.store.transcript_after(self.id, self._transcript_seq):
+                if entry.kind == "summary":
+                    entries = []  # what came before it is in it
+                entries.append(entry)
+        if entries:
+            self._transcript_seq = max(self._transcript_seq, entries[-1].seq)
+        self._transcript = entries
+        return list(entries)
 
     async def ready_tools(self) -> ToolHub | None:
         """The session's tool hub once its servers have started (or failed).

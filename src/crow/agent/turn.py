@@ -276,7 +276,7 @@ class Turn:
 
     async def messages(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "system", "content": await self.system_prompt()}]
-        for entry in await self.store.transcript(self.session.id):
+        for entry in await self.session.transcript():
             if entry.kind == "summary":
                 out.append({"role": "user", "content": compaction.summary_text(entry.message)})
             else:

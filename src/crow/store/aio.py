@@ -292,6 +292,10 @@ class AsyncStore:
         entries: list[TranscriptEntry] = await self._read("transcript", session_id)
         return entries
 
+    async def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
+        entries: list[TranscriptEntry] = await self._read("transcript_after", session_id, after)
+        return entries
+
 
 def _fast_connection(store: Store) -> Store | None:
     """A second connection to the store for appends on the loop (see the module doc):

@@ -446,6 +446,14 @@ class Store:
         ).fetchall()
         return [TranscriptEntry(seq=r[0], kind=r[1], message=_loads(r[2])) for r in rows]
 
+    def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
+        """The transcript's entries after seq ``after``, summaries included."""
+        rows = self.db.execute(
+            "SELECT seq, kind, body FROM transcript WHERE session_id = ? AND seq > ? ORDER BY seq",
+            (session_id, after),
+        ).fetchall()
+        return [TranscriptEntry(seq=r[0], kind=r[1], message=_loads(r[2])) for r in rows]
+
 
 def _loads(text: str) -> Any:
     """JSON from the store: orjson (a long session reads its whole transcript every

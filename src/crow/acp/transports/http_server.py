@@ -57,6 +57,9 @@ log = logging.getLogger("crow.acp.http")
 
 CONNECTION_HEADER = "acp-connection-id"
 SESSION_HEADER = "acp-session-id"
+#: How a ``session/update`` notification from Crow's sessions begins (compact JSON,
+#: ``sessionId`` first: crow.agent.watchers.update_frame): its stream is read off it.
+UPDATE_PREFIX = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
 #: How long the initialize POST waits for its answer.
 INITIALIZE_WAIT_S = 30.0
 #: How long a closing WebSocket waits to flush its last frames and close frame.
@@ -183,6 +186,9 @@ class HttpTransport:
         return await self.inbound.get()
 
     async def write_frames(self, frames: Sequence[bytes]) -> None:
+        self.write_frames_nowait(frames)
+
+    def write_frames_nowait(self, frames: Sequence[bytes]) -> None:
         """Buffer the frames for their streams; never waits for the client."""
         if self.closed:
             raise ConnectionError(self.dropped or "the HTTP connection is closed")
@@ -196,6 +202,12 @@ class HttpTransport:
         self._check_backlog()
 
     def _route(self, frame: bytes) -> None:
+        if frame.startswith(UPDATE_PREFIX):  # most frames: no need to parse them
+            end = frame.find(b'"', len(UPDATE_PREFIX))
+            session_id = frame[len(UPDATE_PREFIX) : end]
+            if end > 0 and b"\\" not in session_id:  # an escaped id: parsed below
+                self.stream(session_id.decode()).put(frame)
+                return
         message = orjson.loads(frame)
         if isinstance(message, dict) and "method" not in message:  # a response
             future = self.direct.pop(message.get("id"), None)
