@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -62,6 +63,7 @@ class ModelHttp:
         )
         self._max_connections = max_connections
         self._keepalive_s = keepalive_s
+        self._proxy = proxy_for(self._url)
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
@@ -69,8 +71,10 @@ class ModelHttp:
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections, keepalive_timeout=self._keepalive_s
             )
-            # trust_env: HTTP(S)_PROXY, NO_PROXY and .netrc, as other HTTP clients do
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=True)
+            # No trust_env: it reads the whole environment for proxies, and .netrc in a
+            # thread, on every request; the proxy is found once (proxy_for), and the
+            # Authorization header is always Crow's own.
+            self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
     async def post_stream(self, path: str, body: bytes, model: str) -> AsyncGenerator[bytes, None]:
@@ -86,6 +90,7 @@ class ModelHttp:
                 self._url + path,
                 data=body,
                 headers=self._headers,
+                proxy=self._proxy,
                 allow_redirects=False,
                 auto_decompress=True,
                 compress=False,
@@ -187,6 +192,15 @@ def _cannot_reach(model: str, base_url: str, exc: BaseException) -> ModelUnreach
         "(OPENAI_BASE_URL, or base_url in config.toml)",
         model=model,
     )
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy for ``url`` as HTTP(S)_PROXY and NO_PROXY (or the system) say;
+    None to connect directly."""
+    parts = urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 def _split_credentials(url: str, api_key: str) -> tuple[str, str]:

@@ -102,3 +102,39 @@ async def test_leaving_a_stream_early_closes_its_connection(scripted_model):
             break
     await model.aclose()
     scripted_model.wait_for_disconnects(1)
+
+
+@pytest.mark.parametrize(
+    ("environment", "url", "proxy"),
+    [
+        ({}, "http://models.example:8000/v1", None),
+        ({"HTTP_PROXY": "http://proxy:3128"}, "http://models.example:8000/v1", "http://proxy:3128"),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, "http://models.example:8000/v1", None),
+        ({"HTTPS_PROXY": "http://proxy:3128"}, "https://api.example/v1", "http://proxy:3128"),
+        (
+            {"HTTP_PROXY": "http://proxy:3128", "NO_PROXY": "models.example"},
+            "http://models.example:8000/v1",
+            None,
+        ),
+    ],
+)
+def test_the_proxy_is_found_once_as_the_environment_says(monkeypatch, environment, url, proxy):
+    from crow.models.transport import proxy_for
+
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert proxy_for(url) == proxy
+
+
+async def test_model_calls_go_through_the_proxy_the_environment_names(scripted_model, monkeypatch):
+    """The scripted model stands in for the proxy: the request arrives there, asking
+    for the model server's absolute URL (which the scripted model has no route for)."""
+    from crow.models.errors import ModelRejected
+
+    monkeypatch.setenv("HTTP_PROXY", scripted_model.base_url.removesuffix("/v1"))
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with pytest.raises(ModelRejected, match=r"no route for http://models\.invalid:9/v1/chat"):
+        await events(client("http://models.invalid:9/v1"))
