@@ -87,8 +87,9 @@ class ModelClient:
 
     async def _probe(self, spec: ModelSpec, provider: ProviderSpec) -> None:
         """Zero config's guessed server: is anything listening?  A bare TCP connect
-        answers in a millisecond, where the SDK's first call costs its ~0.5 s import;
-        on a first run with no server, that is most of the wait for the fallback."""
+        answers in a millisecond, where a first call costs the HTTP client's import
+        and its connect timeout; on a first run with no server, that is most of the
+        wait for the fallback."""
         url = urlsplit(provider.base_url)
         port = url.port or (443 if url.scheme == "https" else 80)
         try:
