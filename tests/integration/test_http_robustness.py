@@ -92,6 +92,15 @@ def open_connection(url: str) -> str:
     return opened.headers["acp-connection-id"]
 
 
+@contextlib.contextmanager
+def event_stream(server: LimitedServer, connection: str) -> Iterator[httpx2.Response]:
+    """The connection's own SSE stream, open."""
+    headers = {"Accept": "text/event-stream", "Acp-Connection-Id": connection}
+    with httpx2.stream("GET", server.url, headers=headers, timeout=10) as stream:
+        assert stream.status_code == 200
+        yield stream
+
+
 async def client_for(url: str) -> ClientSide:
     client = ClientSide(await connect_url(url), info=CLIENT_INFO)
     await client.__aenter__()
@@ -240,9 +249,7 @@ def test_an_idle_connection_expires_and_frees_its_slot(start):
 def test_an_idle_event_stream_gets_keepalive_comments_and_then_its_events(start):
     server = start(keepalive_s=0.3)
     connection = open_connection(server.url)
-    headers = {"Accept": "text/event-stream", "Acp-Connection-Id": connection}
-    with httpx2.stream("GET", server.url, headers=headers, timeout=10) as stream:
-        assert stream.status_code == 200
+    with event_stream(server, connection) as stream:
         lines = stream.iter_lines()
         comments = 0
         while comments < 3:
@@ -267,9 +274,7 @@ async def test_a_websocket_past_the_connection_limit_is_told_503(start):
 def test_a_connection_with_an_open_stream_does_not_expire(start):
     server = start(idle_timeout_s=1.5)
     connection = open_connection(server.url)
-    headers = {"Accept": "text/event-stream", "Acp-Connection-Id": connection}
-    with httpx2.stream("GET", server.url, headers=headers, timeout=10) as stream:
-        assert stream.status_code == 200
+    with event_stream(server, connection) as stream:
         time.sleep(4.0)  # over two idle timeouts, with the stream open
         listed = post(server.url, rpc(2, "session/list"), **{"Acp-Connection-Id": connection})
         assert listed.status_code == 202
