@@ -6,7 +6,8 @@
 - Turn overhead: prompt → idle through ``crow serve`` against a scripted model
   that answers at once (tests/fakemodel.py on loopback), next to the echo agent
   doing the same K chunks without a model, and next to the bare model round trip
-  (the openai SDK calling the scripted server directly).  Overhead = crow minus bare.
+  (Crow's own HTTP path, crow.models.transport, calling the scripted server
+  directly).  Overhead = crow minus bare.
 - Replay: ``session/resume`` with ``replayFrom: start`` of a session holding N
   updates (a real turn's updates, repeated), request sent → response received.
 - Start-up: spawn → ``initialize`` answered, ``crow serve`` next to the TS SDK's
@@ -80,24 +81,28 @@ async def turns(argv: list[str], home: str, prompts: int) -> list[float]:
 
 
 async def bare_model(base_url: str, prompts: int) -> list[float]:
-    import openai
+    """The model round trip alone, over Crow's own HTTP path (crow.models.transport)."""
+    import orjson
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="x", max_retries=0)
+    from crow.models.transport import ModelHttp
+
+    http = ModelHttp(
+        base_url, api_key="x", timeout_s=60.0, connect_timeout_s=10.0, max_connections=10
+    )
+    request = {
+        "model": "main",
+        "messages": [{"role": "user", "content": "benchmark"}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     latencies = []
     for i in range(prompts + 10):
         started = time.perf_counter()
-        stream = await client.chat.completions.create(
-            model="main",
-            messages=[{"role": "user", "content": "benchmark"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        async with stream:
-            async for _ in stream:
-                pass
+        async for data in http.post_stream("/chat/completions", orjson.dumps(request), "main"):
+            orjson.loads(data)
         if i >= 10:
             latencies.append(time.perf_counter() - started)
-    await client.close()
+    await http.aclose()
     return latencies
 
 
