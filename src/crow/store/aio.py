@@ -15,9 +15,12 @@ database locked (another process, or our own thread writing), the append goes
 to the thread, which waits for the lock within the busy timeout.  While any
 append is queued there, later ones queue behind it, so the log keeps the order
 of the calls.  Appends queued together are written in one transaction and one
-hop back to the loop.  On the loop too, the appends made in one pass of the
-loop (many sessions streaming at once) share one transaction: a commit costs
-more than the insert.
+hop back to the loop.  On the loop an append is committed at once, in its own
+transaction, and its future is done when ``append_update`` returns: a turn then
+emits a burst of updates without waiting for the loop between them, and its
+watchers get the burst in one socket write.  (Batching a loop pass's appends in
+one commit cost more: each update waited a pass, and each went out in a write
+of its own.)
 
 Database failures surface as ``StoreUnavailable``, one error for the agent to
 handle.  A call that has started on the thread finishes even when its caller
@@ -65,7 +68,6 @@ class AsyncStore:
         self._pending = 0  # calls submitted to the thread and not yet done
         self._fast: Store | None = _fast_connection(store)
         self._fast_appends = 0
-        self._here: list[tuple[PendingUpdate, asyncio.Future[int]]] = []  # this loop pass
 
     @property
     def shared(self) -> bool:
@@ -85,7 +87,6 @@ class AsyncStore:
 
     async def drain(self) -> None:
         """Wait for the queued calls, and stop appending on the loop."""
-        self._flush_here()
         await self.submit(lambda: None)
         fast, self._fast = self._fast, None
         if fast is not None:
@@ -104,7 +105,6 @@ class AsyncStore:
         0.1-0.5 s there and 25 ms here."""
         if self._fast is not None and self._queued == 0 and self._pending == 0:
             # Nothing is queued on the thread: the read sees every write made before it.
-            self._flush_here()
             try:
                 return getattr(self._fast, method)(*args, **kwargs)
             except sqlite3.OperationalError as exc:
@@ -118,8 +118,6 @@ class AsyncStore:
         WAL mode, against a hop to the thread and back), else, or if that
         connection finds the database locked (then nothing was written), on the
         thread.  A future either way: the caller may need ``settled`` on it."""
-        if self._fast is not None and self._queued == 0 and self._pending == 0:
-            self._flush_here()
         if self._fast is not None and self._queued == 0 and self._pending == 0:
             done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             try:
@@ -191,11 +189,9 @@ class AsyncStore:
         future: asyncio.Future[int] = loop.create_future()
         update: PendingUpdate = (session_id, body, state, stop_reason, now)
         if self._fast is not None and self._queued == 0 and self._pending == 0:
-            self._here.append((update, future))
-            if len(self._here) == 1:  # the first of this pass: write them all at its end
-                loop.call_soon(self._flush_here)
-            return future
-        self._queue_on_thread(update, future, loop)
+            self._append_here(self._fast, update, future, loop)
+        else:
+            self._queue_on_thread(update, future, loop)
         return future
 
     def _queue_on_thread(
@@ -208,30 +204,28 @@ class AsyncStore:
         if first:  # a write of the batch is queued; later appends join it
             self._thread.submit(self._write_appends, loop)
 
-    def _flush_here(self) -> None:
-        """Write this pass's appends on the loop's own connection, in one transaction;
-        if it would have to wait for the lock, they go to the thread (in order)."""
-        batch, self._here = self._here, []
-        if not batch:
-            return
-        fast = self._fast
+    def _append_here(
+        self,
+        fast: Store,
+        update: PendingUpdate,
+        future: asyncio.Future[int],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        """Commit one append on the loop's own connection now; if it would have to
+        wait for the lock (then nothing was written), it goes to the thread."""
         try:
-            if fast is None:
-                raise sqlite3.OperationalError("database is locked")  # closed: the thread
-            seqs = fast.append_updates([u for u, _ in batch])
+            [seq] = fast.append_updates([update])
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
-                loop = asyncio.get_running_loop()
-                for update, future in batch:  # the thread waits for the lock instead
-                    self._queue_on_thread(update, future, loop)
-                return
-            _resolve([f for _, f in batch], StoreUnavailable(f"the session store failed: {exc}"))
+                self._queue_on_thread(update, future, loop)  # the thread waits instead
+            else:
+                future.set_exception(StoreUnavailable(f"the session store failed: {exc}"))
             return
         except sqlite3.Error as exc:
-            _resolve([f for _, f in batch], StoreUnavailable(f"the session store failed: {exc}"))
+            future.set_exception(StoreUnavailable(f"the session store failed: {exc}"))
             return
-        _resolve([f for _, f in batch], seqs)
-        self._count_fast_writes(len(batch))
+        future.set_result(seq)
+        self._count_fast_writes(1)
 
     def _write_appends(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the store thread: log every queued append in one transaction."""
