@@ -27,7 +27,6 @@ import asyncio
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,7 +40,7 @@ for extra in ("src", "tests", "tests/integration", "bench"):
     sys.path.insert(0, str(ROOT / extra))
 
 from fakemodel import Hang, ScriptedModel, Text  # noqa: E402
-from http_bench import run_load, start, stop  # noqa: E402
+from http_bench import run_load, start, start_model, stop  # noqa: E402
 from serve_support import write_config  # noqa: E402
 from test_serve_http import client_for  # noqa: E402
 
@@ -151,13 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.pg_url:
         parser.error("--pg-url (or CROW_TEST_PG_URL) is needed")
-    model = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "zero_model.py"), "--chunks", str(args.chunks)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert model.stdout is not None
-    base_url = model.stdout.readline().strip()
+    model, base_url = start_model(args.chunks)
     print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
     try:
         with tempfile.TemporaryDirectory() as home:

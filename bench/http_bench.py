@@ -68,6 +68,17 @@ def start(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str
     raise RuntimeError(f"{command[0]} did not start")
 
 
+def start_model(chunks: int) -> tuple[subprocess.Popen[str], str]:
+    """The zero-latency model server (bench/zero_model.py), and its base URL."""
+    model = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "zero_model.py"), "--chunks", str(chunks)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert model.stdout is not None
+    return model, model.stdout.readline().strip()
+
+
 def stop(process: subprocess.Popen[Any]) -> None:
     process.terminate()
     try:
@@ -120,13 +131,7 @@ def main() -> None:
     parser.add_argument("--transports", default="http,ws")
     parser.add_argument("--rates", default="0,50", help="offered prompts/s; 0: closed loop")
     args = parser.parse_args()
-    model = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "zero_model.py"), "--chunks", str(args.chunks)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert model.stdout is not None
-    base_url = model.stdout.readline().strip()
+    model, base_url = start_model(args.chunks)
     try:
         with tempfile.TemporaryDirectory() as home:
             write_config(Path(home), base_url, extra="[tools]\nbuiltin = []\n")

@@ -6,14 +6,27 @@ from __future__ import annotations
 import contextlib
 import signal
 
+import pytest
 from fakemodel import Hang, Text
 from serve_support import notes, text_of
 
 
-def test_two_servers_share_sessions_through_postgres(
-    crow, crow_home, scripted_model, postgres_url, monkeypatch
-):
+@pytest.fixture
+def shared_store(postgres_url, monkeypatch) -> str:
+    """Every crow serve the test starts keeps its sessions in PostgreSQL."""
     monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    return postgres_url
+
+
+def _session_watched_elsewhere(crow, runner):
+    """A new session on ``runner``, and another server's client attached to it."""
+    sid = runner.new_session()
+    other = crow(write=False)
+    other.resume(sid)
+    return sid, other
+
+
+def test_two_servers_share_sessions_through_postgres(crow, crow_home, scripted_model, shared_store):
     scripted_model.script(Text(text="kept in postgres"))
     first = crow()
     sid = first.new_session()
@@ -34,9 +47,8 @@ def test_two_servers_share_sessions_through_postgres(
 
 
 def test_a_server_killed_mid_turn_leaves_a_turn_another_server_closes(
-    crow, scripted_model, postgres_url, monkeypatch
+    crow, scripted_model, shared_store
 ):
-    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
     scripted_model.script(Hang())
     first = crow()
     sid = first.new_session()
@@ -60,10 +72,7 @@ def _seqs(messages):
     ]
 
 
-def test_a_turn_on_one_server_is_watched_live_from_another(
-    crow, scripted_model, postgres_url, monkeypatch
-):
-    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+def test_a_turn_on_one_server_is_watched_live_from_another(crow, scripted_model, shared_store):
     scripted_model.script(Text(text="one two three four five six", chunks=6))
     runner = crow()
     sid = runner.new_session()
@@ -100,15 +109,10 @@ def test_a_turn_on_one_server_is_watched_live_from_another(
     assert _seqs(replayed)[0] == cursor + 1
 
 
-def test_a_cancel_sent_to_another_server_stops_the_turn(
-    crow, scripted_model, postgres_url, monkeypatch
-):
-    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+def test_a_cancel_sent_to_another_server_stops_the_turn(crow, scripted_model, shared_store):
     scripted_model.script(Hang())
     runner = crow()
-    sid = runner.new_session()
-    other = crow(write=False)
-    other.resume(sid)
+    sid, other = _session_watched_elsewhere(crow, runner)
     runner.prompt(sid, "wait for me")
     scripted_model.wait_for_requests(1)
     other.until_update(lambda u: u.get("state") == "running")
@@ -174,19 +178,16 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
 
 
 def test_a_permission_asked_on_one_server_is_answered_on_another(
-    crow, crow_home, scripted_model, postgres_url, monkeypatch
+    crow, crow_home, scripted_model, shared_store
 ):
     from fakemodel import ToolCalls
     from test_serve_tools import probe_config
 
-    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
     scripted_model.script(
         ToolCalls(calls=[("probe__touch", {"path": "x.txt"})]), Text(text="touched")
     )
     runner = crow(extra=probe_config(extra='[permissions]\nedit = "ask"\n'))
-    sid = runner.new_session()
-    other = crow(write=False)
-    other.resume(sid)
+    sid, other = _session_watched_elsewhere(crow, runner)
     runner.prompt(sid, "touch it")
     asked_here = runner.recv()
     while asked_here.get("method") != "session/request_permission":
@@ -209,14 +210,11 @@ def test_a_permission_asked_on_one_server_is_answered_on_another(
 
 
 def test_a_dead_servers_turn_ends_for_clients_watching_elsewhere(
-    crow, scripted_model, postgres_url, monkeypatch
+    crow, scripted_model, shared_store
 ):
-    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
     scripted_model.script(Hang())
     runner = crow()
-    sid = runner.new_session()
-    watcher = crow(write=False)
-    watcher.resume(sid)
+    sid, watcher = _session_watched_elsewhere(crow, runner)
     runner.prompt(sid, "work")
     watcher.until_update(lambda u: u.get("state") == "running")
     runner.proc.send_signal(signal.SIGKILL)

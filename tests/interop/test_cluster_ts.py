@@ -3,14 +3,11 @@ made: both ``crow serve`` processes on one PostgreSQL store (``CROW_STORE_URL``)
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 from fakemodel import Text
 from serve_support import text_of
 from test_serve_http import HttpServer
-from test_ts_sdk import TS_DIR
+from test_ts_sdk import TS_DIR, run_driver
 
 pytestmark = pytest.mark.interop
 
@@ -25,24 +22,9 @@ def test_the_ts_sdk_client_carries_on_a_session_on_another_server(
     assert text_of(first.run_turn(sid, "on A")) == "said on A"
     second = HttpServer(env={"CROW_STORE_URL": postgres_url})
     try:
-        result = subprocess.run(
-            [
-                "node",
-                str(TS_DIR / "drive_http.mjs"),
-                "--url",
-                second.url,
-                "--session",
-                sid,
-                "--prompt",
-                "on B",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=TS_DIR,
+        report, _ = run_driver(
+            "drive_http.mjs", "--url", second.url, "--session", sid, "--prompt", "on B"
         )
-        report = json.loads(result.stdout)
-        assert report["ok"], f"{report.get('error')}\n{result.stderr}"
         assert report["sessionId"] == sid and report["stopReason"] == "end_turn"
         assert report["agentText"] == "said on B"
         replayed = [u for u in report["replayUpdates"] if u["sessionUpdate"] == "user_message"]

@@ -26,17 +26,10 @@ CLIENT_INFO = schema.Implementation(name="crow-interop", version="0")
 pytestmark = pytest.mark.interop
 
 
-def drive(command: str, prompt: str, *options: str) -> dict:
+def run_driver(script: str, *arguments: str) -> tuple[dict, subprocess.CompletedProcess[str]]:
+    """Run one of tests/interop/ts's drivers; its JSON report (which must say ok)."""
     result = subprocess.run(
-        [
-            "node",
-            str(TS_DIR / "drive_agent.mjs"),
-            "--command",
-            command,
-            "--prompt",
-            prompt,
-            *options,
-        ],
+        ["node", str(TS_DIR / script), *arguments],
         capture_output=True,
         text=True,
         timeout=60,
@@ -44,6 +37,13 @@ def drive(command: str, prompt: str, *options: str) -> dict:
     )
     report = json.loads(result.stdout)
     assert report["ok"], f"{report.get('error')}\n{result.stderr}"
+    return report, result
+
+
+def drive(command: str, prompt: str, *options: str) -> dict:
+    report, result = run_driver(
+        "drive_agent.mjs", "--command", command, "--prompt", prompt, *options
+    )
     assert result.returncode == 0
     return report
 
@@ -249,24 +249,9 @@ def test_the_ts_sdk_http_and_websocket_clients_drive_crow_serve_http(
     server = HttpServer()
     try:
         url = server.url if transport == "http" else server.ws_url
-        result = subprocess.run(
-            [
-                "node",
-                str(TS_DIR / "drive_http.mjs"),
-                "--url",
-                url,
-                "--transport",
-                transport,
-                "--prompt",
-                "hello",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=TS_DIR,
+        report, _ = run_driver(
+            "drive_http.mjs", "--url", url, "--transport", transport, "--prompt", "hello"
         )
-        report = json.loads(result.stdout)
-        assert report["ok"], f"{report.get('error')}\n{result.stderr}"
         assert report["stopReason"] == "end_turn"
         assert report["agentText"] == "Hello over the wire"
         user = next(u for u in report["liveUpdates"] if u["sessionUpdate"] == "user_message")

@@ -10,8 +10,6 @@ crow.acp v2 client resumes the same session.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
 import sys
 
 import pytest
@@ -19,6 +17,7 @@ from fakemodel import Text, ToolCalls
 from serve_support import CROW_SERVE, write_config
 from support import ROOT
 from test_serve_tools import probe_config
+from test_ts_sdk import run_driver
 
 from crow.acp import ClientSide, schema, spawn
 
@@ -28,24 +27,9 @@ pytestmark = pytest.mark.interop
 
 
 def drive_v1(command: str, prompt: str, permission: str = "allow") -> dict:
-    result = subprocess.run(
-        [
-            "node",
-            str(TS_DIR / "drive_v1.mjs"),
-            "--command",
-            command,
-            "--prompt",
-            prompt,
-            "--permission",
-            permission,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=TS_DIR,
+    report, result = run_driver(
+        "drive_v1.mjs", "--command", command, "--prompt", prompt, "--permission", permission
     )
-    report = json.loads(result.stdout)
-    assert report["ok"], f"{report.get('error')}\n{result.stderr}"
     assert result.returncode == 0
     return report
 
