@@ -52,8 +52,10 @@ __all__ = ["AsyncStore", "settled"]
 
 T = TypeVar("T")
 
-#: Appends on the loop between two checkpoints of the WAL (run on the thread).
+#: Writes on the loop between two checkpoints of the WAL (run on the thread).
 CHECKPOINT_EVERY = 500
+#: What ``AsyncStore._here`` says of a call that must run on the store's thread.
+ON_THREAD = object()
 
 
 class AsyncStore:
@@ -98,46 +100,63 @@ class AsyncStore:
         await self.submit(self.sync.close)
         self._thread.shutdown(wait=False)
 
+    def _here(self, method: str, *args: Any, write: bool, **kwargs: Any) -> Any:
+        """``Store.<method>`` on the loop's own connection, or ``ON_THREAD`` when it
+        must run on the thread instead: something is queued there (it must come
+        first), or the database is locked (then nothing was written).  Raises
+        StoreUnavailable for any other failure."""
+        if self._fast is None or self._queued or self._pending:
+            return ON_THREAD
+        try:
+            result = getattr(self._fast, method)(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                return ON_THREAD
+            raise StoreUnavailable(f"the session store failed: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"the session store failed: {exc}") from exc
+        if write:
+            self._count_fast_writes()
+        return result
+
+    def _done_here(self, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any] | None:
+        """A write by ``_here``, as a done future (its result, or its error); None
+        when it must run on the thread."""
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            result = self._here(method, *args, write=True, **kwargs)
+        except StoreUnavailable as exc:
+            done.set_exception(exc)
+            return done
+        if result is ON_THREAD:
+            return None
+        done.set_result(result)
+        return done
+
     async def _read(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A read, on the loop's connection when it need not wait (WAL readers
         rarely do), else on the thread.  On the loop, because the thread would
         fight the loop for the GIL row by row: a 10,000-update replay took
         0.1-0.5 s there and 25 ms here."""
-        if self._fast is not None and self._queued == 0 and self._pending == 0:
-            # Nothing is queued on the thread: the read sees every write made before it.
-            try:
-                return getattr(self._fast, method)(*args, **kwargs)
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise StoreUnavailable(f"the session store failed: {exc}") from exc
-        return await self.submit(getattr(self.sync, method), *args, **kwargs)
+        result = self._here(method, *args, write=False, **kwargs)
+        if result is ON_THREAD:
+            result = await self.submit(getattr(self.sync, method), *args, **kwargs)
+        return result
 
     def _write(self, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
         """A one-statement write (a message, the lease), as ``_read``: on the loop's
-        connection when nothing is queued on the thread (tens of microseconds in
-        WAL mode, against a hop to the thread and back), else, or if that
-        connection finds the database locked (then nothing was written), on the
-        thread.  A future either way: the caller may need ``settled`` on it."""
-        if self._fast is not None and self._queued == 0 and self._pending == 0:
-            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            try:
-                done.set_result(getattr(self._fast, method)(*args, **kwargs))
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    done.set_exception(StoreUnavailable(f"the session store failed: {exc}"))
-                    return done
-            except sqlite3.Error as exc:
-                done.set_exception(StoreUnavailable(f"the session store failed: {exc}"))
-                return done
-            else:
-                self._count_fast_writes(1)
-                return done
+        connection when it can (tens of microseconds in WAL mode, against a hop to
+        the thread and back), else on the thread.  A future either way: the caller
+        may need ``settled`` on it."""
+        done = self._done_here(method, *args, **kwargs)
+        if done is not None:
+            return done
         return self.submit(getattr(self.sync, method), *args, **kwargs)
 
-    def _count_fast_writes(self, count: int) -> None:
+    def _count_fast_writes(self) -> None:
         """The loop's connection never checkpoints the WAL: the thread does, now and then."""
-        before, self._fast_appends = self._fast_appends, self._fast_appends + count
-        if before // CHECKPOINT_EVERY != self._fast_appends // CHECKPOINT_EVERY:
+        self._fast_appends += 1
+        if self._fast_appends % CHECKPOINT_EVERY == 0:
             self._thread.submit(self.sync.checkpoint)
 
     # ---- sessions ---------------------------------------------------------------
@@ -185,13 +204,14 @@ class AsyncStore:
     ) -> asyncio.Future[int]:
         """Log one update; a future of its seq (not a coroutine: the caller may
         need ``settled`` on it).  Appends keep the order they were made in."""
+        done = self._done_here(
+            "append_update", session_id, body, state=state, stop_reason=stop_reason, now=now
+        )
+        if done is not None:
+            return done
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
-        update: PendingUpdate = (session_id, body, state, stop_reason, now)
-        if self._fast is not None and self._queued == 0 and self._pending == 0:
-            self._append_here(self._fast, update, future, loop)
-        else:
-            self._queue_on_thread(update, future, loop)
+        self._queue_on_thread((session_id, body, state, stop_reason, now), future, loop)
         return future
 
     def _queue_on_thread(
@@ -203,29 +223,6 @@ class AsyncStore:
             first = len(self._appends) == 1
         if first:  # a write of the batch is queued; later appends join it
             self._thread.submit(self._write_appends, loop)
-
-    def _append_here(
-        self,
-        fast: Store,
-        update: PendingUpdate,
-        future: asyncio.Future[int],
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        """Commit one append on the loop's own connection now; if it would have to
-        wait for the lock (then nothing was written), it goes to the thread."""
-        try:
-            [seq] = fast.append_updates([update])
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                self._queue_on_thread(update, future, loop)  # the thread waits instead
-            else:
-                future.set_exception(StoreUnavailable(f"the session store failed: {exc}"))
-            return
-        except sqlite3.Error as exc:
-            future.set_exception(StoreUnavailable(f"the session store failed: {exc}"))
-            return
-        future.set_result(seq)
-        self._count_fast_writes(1)
 
     def _write_appends(self, loop: asyncio.AbstractEventLoop) -> None:
         """On the store thread: log every queued append in one transaction."""
