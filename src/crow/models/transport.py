@@ -34,6 +34,8 @@ __all__ = ["ModelHttp"]
 USER_AGENT = "crow-cli"
 #: Bytes of an error answer's body read for its message.
 ERROR_BODY_BYTES = 64 * 1024
+#: Characters of that message kept: it is one line for people (an HTML error page is not).
+ERROR_TEXT_CHARS = 500
 
 
 class ModelHttp:
@@ -145,8 +147,8 @@ async def _drain(response: aiohttp.ClientResponse, seconds: float = 0.2) -> None
 
 async def _error_text(response: aiohttp.ClientResponse) -> str:
     """What an error answer says: its JSON ``error.message`` (or ``error`` as
-    text, or ``message``), else its text; credentials masked, for it is logged
-    and sent to the client."""
+    text, or ``message``), else its text, on one line and cut short; credentials
+    masked, for it is logged and sent to the client."""
     raw = b""
     with contextlib.suppress(aiohttp.ClientError, OSError, TimeoutError):
         while len(raw) < ERROR_BODY_BYTES:
@@ -162,7 +164,10 @@ async def _error_text(response: aiohttp.ClientResponse) -> str:
             text = str(inner["message"])
         elif isinstance(inner, str) and inner:
             text = inner
-    return redact(text or response.reason or "no reason given")
+    text = " ".join(text.split()) or response.reason or "no reason given"
+    if len(text) > ERROR_TEXT_CHARS:
+        text = text[:ERROR_TEXT_CHARS] + "…"
+    return redact(text)
 
 
 @contextlib.contextmanager

@@ -138,3 +138,17 @@ async def test_model_calls_go_through_the_proxy_the_environment_names(scripted_m
     monkeypatch.delenv("no_proxy", raising=False)
     with pytest.raises(ModelRejected, match=r"no route for http://models\.invalid:9/v1/chat"):
         await events(client("http://models.invalid:9/v1"))
+
+
+async def test_an_error_answer_is_told_on_one_short_line(scripted_model):
+    from fakemodel import Error
+
+    from crow.models.errors import ModelOverloaded
+    from crow.models.transport import ERROR_TEXT_CHARS
+
+    scripted_model.script(Error(status=503, message="Service\n\n  unavailable: " + "x" * 5000))
+    with pytest.raises(ModelOverloaded) as failure:
+        await events(client(scripted_model.base_url))
+    message = failure.value.message
+    assert "503 Service unavailable: xxx" in message and "\n" not in message
+    assert len(message) < ERROR_TEXT_CHARS + 50 and message.endswith("…")
