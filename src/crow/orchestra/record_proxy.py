@@ -10,7 +10,9 @@ replay it on resume.  The model transcript gets each turn's request and reply as
 text, so Crow can carry the conversation on (tool calls are not in it).
 
 v2 updates are logged as they come, except what a resume or load replays (already
-logged).  A v1 agent's updates are logged as v2: the prompt becomes the turn's
+logged).  Each is logged before it is passed on, and a turn's end (the ``idle``,
+or a v1 prompt's answer) is passed on only once it is written: a client that saw
+the turn end, then closed the chain, finds it ended in the store.  A v1 agent's updates are logged as v2: the prompt becomes the turn's
 ``user_message``, its chunks get a message id per turn, ``running`` and ``idle``
 (with the answer's stop reason) frame the turn; what v2 has no place for (modes,
 commands) is left out.
@@ -161,17 +163,24 @@ class RecordProxy:
             if self.proxy.v1:  # the turn ended without an answer: close it in the log
                 self._end(sid, recording, "cancelled")
             raise
-        if self.proxy.v1:
-            self._end(sid, recording, (result or {}).get("stopReason"))
+        if self.proxy.v1:  # the client learns the turn ended once the record says so
+            await _written(self._end(sid, recording, (result or {}).get("stopReason")))
         return result
 
     async def _update(self, params: Any) -> None:
+        """Log the update, then pass it on (a turn's end once it is logged)."""
+        ended = self._record(params)
+        if ended is not None:
+            await _written(ended)
         await self.proxy.notify_predecessor("session/update", params)
+
+    def _record(self, params: Any) -> asyncio.Future[int] | None:
+        """Log one update from the agent; the write when it ends a turn."""
         sid = params.get("sessionId") if isinstance(params, dict) else None
         update = params.get("update") if isinstance(params, dict) else None
         recording = self.sessions.get(sid) if isinstance(sid, str) else None
         if recording is None or not isinstance(update, dict) or sid in self.replaying:
-            return
+            return None
         assert isinstance(sid, str)
         if recording.turn is not None:
             recording.turn.apply(update)
@@ -179,10 +188,12 @@ class RecordProxy:
             update = self._as_v2(recording, update)
             if update is not None:
                 self._log(sid, update)
-            return
-        self._log(sid, update)
+            return None
+        written = self._log(sid, update)
         if update.get("sessionUpdate") == "state_update" and update.get("state") == "idle":
             self._transcribe_reply(sid, recording)
+            return written
+        return None
 
     def _as_v2(self, recording: _Recording, update: dict[str, Any]) -> dict[str, Any] | None:
         kind = update.get("sessionUpdate")
@@ -195,11 +206,12 @@ class RecordProxy:
             return {**update, "messageId": message_id}
         return None
 
-    def _end(self, sid: str, recording: _Recording, stop_reason: Any) -> None:
+    def _end(self, sid: str, recording: _Recording, stop_reason: Any) -> asyncio.Future[int]:
         idle = {"sessionUpdate": "state_update", "state": "idle"}
         idle["stopReason"] = str(stop_reason or "end_turn")
-        self._log(sid, idle)
+        written = self._log(sid, idle)
         self._transcribe_reply(sid, recording)
+        return written
 
     def _transcribe_reply(self, sid: str, recording: _Recording) -> None:
         turn, recording.turn = recording.turn, None
@@ -211,7 +223,7 @@ class RecordProxy:
     # Every write is submitted at once, without waiting: the store keeps the order
     # of submission, so the log has the order the updates came in, whatever the
     # tasks that submitted them do next.
-    def _log(self, sid: str, update: dict[str, Any]) -> None:
+    def _log(self, sid: str, update: dict[str, Any]) -> asyncio.Future[int]:
         """Log one update, as crow serve logs its own (``sessionUpdate`` first)."""
         kind = update.get("sessionUpdate")
         body = orjson.dumps({"sessionUpdate": kind, **update})
@@ -219,7 +231,9 @@ class RecordProxy:
         if state in ("running", "requires_action"):
             self._take_lease(sid)
         stop = update.get("stopReason") if state == "idle" else None
-        _quietly(self.store.append_update(sid, body, state=state, stop_reason=stop, now=_now()))
+        written = self.store.append_update(sid, body, state=state, stop_reason=stop, now=_now())
+        _quietly(written)
+        return written
 
     def _transcribe(self, sid: str, message: dict[str, Any]) -> None:
         _quietly(self.store.submit(self.store.sync.append_message, sid, message))
@@ -257,3 +271,9 @@ def _quietly(pending: asyncio.Future[Any]) -> None:
             log.error("recording failed: %s", done.exception())
 
     pending.add_done_callback(report)
+
+
+async def _written(pending: asyncio.Future[Any]) -> None:
+    """Wait for a store write; its failure is ``_quietly``'s to report."""
+    with contextlib.suppress(Exception):
+        await asyncio.shield(pending)

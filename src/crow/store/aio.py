@@ -14,8 +14,8 @@ a WAL append takes tens of microseconds.  When that connection finds the
 database locked (another process, or our own thread writing), the append goes
 to the thread, which waits for the lock within the busy timeout.  While any
 append is queued there, later ones queue behind it, so the log keeps the order
-of the calls.  Appends queued together are written in one transaction and one
-hop back to the loop.  On the loop an append is committed at once, in its own
+of the calls.  Appends queued together, with no other call between them, are
+written in one transaction and one hop back to the loop.  On the loop an append is committed at once, in its own
 transaction, and its future is done when ``append_update`` returns: a turn then
 emits a burst of updates without waiting for the loop between them, and its
 watchers get the burst in one socket write.  (Batching a loop pass's appends in
@@ -51,6 +51,7 @@ from .db import (
 __all__ = ["AsyncStore", "settled"]
 
 T = TypeVar("T")
+_Batch = list[tuple[PendingUpdate, "asyncio.Future[int]"]]
 
 #: Writes on the loop between two checkpoints of the WAL (run on the thread).
 CHECKPOINT_EVERY = 500
@@ -64,7 +65,10 @@ class AsyncStore:
     def __init__(self, store: Store) -> None:
         self.sync = store
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crow-store")
-        self._appends: list[tuple[PendingUpdate, asyncio.Future[int]]] = []
+        # The batch of appends the thread has not taken yet, which later appends may
+        # join; None once the thread took it, or once another call was queued
+        # behind it (an append after that call must not overtake it).
+        self._open_batch: _Batch | None = None
         self._appends_lock = threading.Lock()  # the loop adds, the store thread takes
         self._queued = 0  # appends handed to the thread and not yet resolved
         self._pending = 0  # calls submitted to the thread and not yet done
@@ -79,6 +83,8 @@ class AsyncStore:
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
         call = functools.partial(_translated, fn, *args, **kwargs)
+        with self._appends_lock:
+            self._open_batch = None  # later appends come after this call
         future = asyncio.get_running_loop().run_in_executor(self._thread, call)
         self._pending += 1
         future.add_done_callback(self._finished)
@@ -219,15 +225,18 @@ class AsyncStore:
     ) -> None:
         self._queued += 1
         with self._appends_lock:
-            self._appends.append((update, future))
-            first = len(self._appends) == 1
-        if first:  # a write of the batch is queued; later appends join it
-            self._thread.submit(self._write_appends, loop)
+            batch, new = self._open_batch, self._open_batch is None
+            if batch is None:
+                batch = self._open_batch = []
+            batch.append((update, future))
+        if new:  # the batch's write is queued; appends until the next call join it
+            self._thread.submit(self._write_appends, batch, loop)
 
-    def _write_appends(self, loop: asyncio.AbstractEventLoop) -> None:
-        """On the store thread: log every queued append in one transaction."""
+    def _write_appends(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
+        """On the store thread: log a batch of queued appends in one transaction."""
         with self._appends_lock:
-            batch, self._appends = self._appends, []
+            if self._open_batch is batch:
+                self._open_batch = None  # taken: later appends start another
         try:
             outcome: list[int] | BaseException = self.sync.append_updates([u for u, _ in batch])
         except database_errors() as exc:

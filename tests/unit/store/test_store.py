@@ -208,6 +208,28 @@ async def test_messages_and_leases_are_written_on_the_loop_or_wait_on_the_thread
     await store.aclose()
 
 
+async def test_an_append_queued_on_the_thread_never_overtakes_a_later_call(tmp_path):
+    """Appends queued while the thread is busy are written together, but one made
+    after another call (here the lease) waits for that call: an ``idle`` that
+    overtook the lease it releases would leave the session leased to its owner."""
+    import threading
+
+    from crow.store.aio import AsyncStore
+
+    store = AsyncStore(Store(tmp_path / "a.db"))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    busy = threading.Event()
+    blocked = store.submit(busy.wait, 5)  # the thread is slow (a lock, a slow disk)
+    running = store.append_update("s", b"{}", state="running")
+    lease = store.submit(store.sync.acquire_turn, "s", owner="me", pid=1, expires=100.0)
+    idle = store.append_update("s", b"{}", state="idle", stop_reason="end_turn", now="t2")
+    busy.set()
+    assert await blocked and await lease and [await running, await idle] == [1, 2]
+    record = await store.get_session("s")
+    assert (record.state, record.owner) == ("idle", None)
+    await store.aclose()
+
+
 def test_the_transcript_keeps_a_lone_surrogate_that_orjson_refuses(store):
     store.create_session(session_id="s", cwd="/p", now="t")
     odd = {"role": "user", "content": "half a pair: \ud800"}
