@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +16,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 ECHO_AGENT = [sys.executable, str(ROOT / "examples" / "echo_agent.py")]
 WAIT_S = 10.0
+#: Lines of an agent's stderr shown in the error that reports it stuck.
+STDERR_TAIL = 400
 
 
 class RawAgent:
@@ -25,11 +29,18 @@ class RawAgent:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            # A Python agent stuck at exit is sent SIGABRT: it dumps every thread's
+            # stack to stderr first (see close).
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"},
         )
         self.lines: Queue[bytes | None] = Queue()
         self.raw_stdout: list[bytes] = []
+        # stderr is read as it comes: an agent that logs more than a pipe holds
+        # would otherwise block on its next log line.
+        self.stderr_lines: list[bytes] = []
+        self._stderr_pump = threading.Thread(target=self._pump_stderr, daemon=True)
         threading.Thread(target=self._pump, daemon=True).start()
+        self._stderr_pump.start()
         self._next_id = 1000
 
     def _pump(self) -> None:
@@ -38,6 +49,19 @@ class RawAgent:
             self.raw_stdout.append(line)
             self.lines.put(line)
         self.lines.put(None)
+
+    def _pump_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        with self.proc.stderr:
+            for line in self.proc.stderr:
+                self.stderr_lines.append(line)
+
+    def stderr_text(self, tail: int | None = None) -> str:
+        """The agent's stderr so far (all of it once the agent has exited), or its
+        last ``tail`` lines."""
+        if self.proc.poll() is not None:
+            self._stderr_pump.join(timeout=2)  # unless a child of it holds stderr open
+        return b"".join(self.stderr_lines[-tail if tail else 0 :]).decode(errors="replace")
 
     def write(self, data: bytes) -> None:
         assert self.proc.stdin is not None
@@ -104,13 +128,22 @@ class RawAgent:
         return str(response["result"]["sessionId"])
 
     def close(self) -> int:
+        """Close the agent's stdin and wait for its exit code.  An agent that does
+        not exit fails the test with the stack of each of its threads."""
         if self.proc.stdin and not self.proc.stdin.closed:
             self.proc.stdin.close()
         try:
             return self.proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)  # faulthandler: the stacks to stderr
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=WAIT_S)
+            raise AssertionError(
+                f"the agent did not exit within {WAIT_S:.0f} s of its stdin closing;"
+                f" its stderr ends:\n{self.stderr_text(STDERR_TAIL)}"
+            ) from None
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
-            for stream in (self.proc.stdout, self.proc.stderr):
-                if stream:
-                    stream.close()
+            if self.proc.stdout:
+                self.proc.stdout.close()

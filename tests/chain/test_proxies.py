@@ -412,7 +412,7 @@ def test_a_recorder_in_front_of_crow_on_the_same_store_logs_nothing_twice(config
         )
         client.until_update(lambda u: u["sessionUpdate"] == "state_update" and u["state"] == "idle")
     except EOFError:
-        raise AssertionError(client.proc.stderr.read().decode()) from None
+        raise AssertionError(client.stderr_text()) from None
     finally:
         client.close()
     store = Store(Paths.from_env().store)

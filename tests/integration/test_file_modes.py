@@ -133,10 +133,7 @@ def test_a_running_server_keeps_its_store_files_private(home, scripted_model):
         assert {"crow.db-wal", "crow.db-shm"} <= set(modes(home)), "checked while open"
         assert_private(home)
     finally:
-        assert server.proc.stdin is not None and server.proc.stderr is not None
-        server.proc.stdin.close()
-        server.proc.wait(timeout=10)
-        stderr = server.proc.stderr.read().decode()
         server.close()
+        stderr = server.stderr_text()
     log = (home / "logs" / "crow.log").read_text()
     assert_no_secret(log, stderr)
