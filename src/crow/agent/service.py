@@ -52,6 +52,7 @@ from .content import prompt_capabilities, to_user_content
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
 from .shared_questions import SharedQuestions
+from .slow_exit import REPORT_AFTER_S, report_if_slow
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 from .watchers import V2Watcher, Watcher
@@ -225,6 +226,7 @@ class CrowAgent:
         if self._shut_down:
             return
         self._shut_down = True
+        report_if_slow(grace_s + REPORT_AFTER_S)
         running = [s.turn.task for s in self.live.values() if s.turn and s.turn.task]
         if grace_s > 0 and (running := [t for t in running if not t.done()]):
             log.warning("waiting up to %.0f s for %d running turns", grace_s, len(running))
