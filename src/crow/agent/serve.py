@@ -41,9 +41,8 @@ def agent_info() -> schema.Implementation:
 
 
 async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
-    store = open_store(config.store_location)
+    agent = CrowAgent(config, open_store(config.store_location))
     try:
-        agent = CrowAgent(config, store)
         if setup is not None:
             setup(agent)
         ready = asyncio.Event()
@@ -54,7 +53,7 @@ async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
             warm.cancel()
             await agent.shutdown()
     finally:
-        store.close()
+        await agent.store.aclose()
 
 
 async def serve_connection(

@@ -211,7 +211,7 @@ async def serve_http(
         announce.cancel()
         _unpublish(published)
         await agent.shutdown()
-        store.close()
+        await agent.store.aclose()
 
 
 async def _announce(

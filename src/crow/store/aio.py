@@ -74,6 +74,7 @@ class AsyncStore:
         self._pending = 0  # calls submitted to the thread and not yet done
         self._fast: Store | None = _fast_connection(store)
         self._fast_appends = 0
+        self._closed = False
 
     @property
     def shared(self) -> bool:
@@ -82,6 +83,8 @@ class AsyncStore:
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
+        if self._closed:
+            raise StoreUnavailable("the session store is closed")
         call = functools.partial(_translated, fn, *args, **kwargs)
         with self._appends_lock:
             self._open_batch = None  # later appends come after this call
@@ -101,9 +104,15 @@ class AsyncStore:
             fast.close()
 
     async def aclose(self) -> None:
-        """Finish the queued calls, then close the database."""
+        """Finish the queued calls, then close the database, on the store's thread:
+        closed from the loop's, a connection could go while a call still uses it.
+        Calls made after this fail with StoreUnavailable.  Once only."""
+        if self._closed:
+            return
         await self.drain()
-        await self.submit(self.sync.close)
+        closing = self.submit(self.sync.close)
+        self._closed = True
+        await closing
         self._thread.shutdown(wait=False)
 
     def _here(self, method: str, *args: Any, write: bool, **kwargs: Any) -> Any:
@@ -223,6 +232,9 @@ class AsyncStore:
     def _queue_on_thread(
         self, update: PendingUpdate, future: asyncio.Future[int], loop: asyncio.AbstractEventLoop
     ) -> None:
+        if self._closed:
+            future.set_exception(StoreUnavailable("the session store is closed"))
+            return
         self._queued += 1
         with self._appends_lock:
             batch, new = self._open_batch, self._open_batch is None

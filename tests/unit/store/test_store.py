@@ -230,6 +230,36 @@ async def test_an_append_queued_on_the_thread_never_overtakes_a_later_call(tmp_p
     await store.aclose()
 
 
+async def test_closing_waits_for_the_call_in_flight_and_refuses_later_ones(tmp_path):
+    """The database is closed on the store's thread, after what is queued there (a
+    connection closed from the loop could go while a call still uses it)."""
+    import asyncio
+    import threading
+    import time
+
+    from crow.store.aio import AsyncStore
+    from crow.store.db import StoreUnavailable
+
+    store = AsyncStore(Store(tmp_path / "a.db"))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    started = threading.Event()
+
+    def slow_read() -> list[tuple[int, bytes]]:
+        started.set()
+        time.sleep(0.2)
+        return store.sync.updates_list("s")
+
+    in_flight = store.submit(slow_read)
+    await asyncio.to_thread(started.wait, 5)
+    await store.aclose()
+    assert in_flight.done() and in_flight.result() == []
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.get_session("s")
+    with pytest.raises(StoreUnavailable, match="closed"):
+        await store.append_update("s", b"{}")
+    await store.aclose()  # once only
+
+
 def test_the_transcript_keeps_a_lone_surrogate_that_orjson_refuses(store):
     store.create_session(session_id="s", cwd="/p", now="t")
     odd = {"role": "user", "content": "half a pair: \ud800"}
