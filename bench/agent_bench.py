@@ -98,8 +98,9 @@ async def bare_model(base_url: str, prompts: int) -> list[float]:
     latencies = []
     for i in range(prompts + 10):
         started = time.perf_counter()
-        async for data in http.post_stream("/chat/completions", orjson.dumps(request), "main"):
-            orjson.loads(data)
+        async for batch in http.post_stream("/chat/completions", orjson.dumps(request), "main"):
+            for data in batch:
+                orjson.loads(data)
         if i >= 10:
             latencies.append(time.perf_counter() - started)
     await http.aclose()

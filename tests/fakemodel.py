@@ -55,7 +55,8 @@ _STOP_GRACE_S = 0.6  # how long stop() waits for handler threads to finish
 
 @dataclass(frozen=True, kw_only=True)
 class Text:
-    """An assistant text turn, streamed as `chunks` content deltas (reasoning first)."""
+    """An assistant text turn, streamed as `chunks` content deltas (reasoning first);
+    `together`: the whole stream in one write, as a fast or busy server sends it."""
 
     text: str = "ok"
     chunks: int = 1
@@ -64,6 +65,7 @@ class Text:
     usage: tuple[int, int] | None = (10, 5)
     delay_s: float = 0.0
     model: str | None = None
+    together: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +101,17 @@ class Drop:
     text: str = "partial text here"
 
 
-Reply = Text | ToolCalls | Error | Hang | Drop
+@dataclass(frozen=True, kw_only=True)
+class StreamError:
+    """Stream `text` as `chunks` content deltas, then an error event (`data:
+    {"error": ...}`, as servers report a generation that failed), all in one write."""
+
+    text: str = "partial"
+    chunks: int = 2
+    message: str = "generation failed"
+
+
+Reply = Text | ToolCalls | Error | Hang | Drop | StreamError
 
 
 def Slow(text: str = "ok", chunks: int = 5, delay_s: float = 0.2) -> Text:
@@ -545,7 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
         while True:
             self._pause(math.inf)
 
-    def _stream(self, reply: Text | ToolCalls | Drop, body: dict[str, Any]) -> None:
+    def _stream(self, reply: Text | ToolCalls | Drop | StreamError, body: dict[str, Any]) -> None:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         model = (reply.model if isinstance(reply, Text) else None) or body.get("model")
         base = {
@@ -574,8 +586,15 @@ class _Handler(BaseHTTPRequestHandler):
             if include_usage:
                 event["usage"] = None
             event.update(extra)
-            self._write_chunk(b"data: " + json.dumps(event).encode() + b"\n\n")
+            data = b"data: " + json.dumps(event).encode() + b"\n\n"
+            if held is None:
+                self._write_chunk(data)
+            else:
+                held.append(data)
             sent += 1
+
+        together = isinstance(reply, StreamError) or (isinstance(reply, Text) and reply.together)
+        held: list[bytes] | None = [] if together else None
 
         self._start_stream()
         send({"role": "assistant"})
@@ -583,6 +602,14 @@ class _Handler(BaseHTTPRequestHandler):
             for piece in _split(reply.text, reply.after_chunks):
                 send({"content": piece})
             self.close_connection = True  # no [DONE], no last chunk: an incomplete body
+            return
+        if isinstance(reply, StreamError):
+            for piece in _split(reply.text, reply.chunks):
+                send({"content": piece})
+            assert held is not None
+            failure = {"error": {"message": reply.message, "type": "server_error"}}
+            self._write_chunk(b"".join(held) + b"data: " + json.dumps(failure).encode() + b"\n\n")
+            self.close_connection = True
             return
         if isinstance(reply, Text):
             for piece in _split(reply.reasoning or "", reply.chunks):
@@ -608,7 +635,7 @@ class _Handler(BaseHTTPRequestHandler):
         send({}, finish)
         if usage is not None and include_usage:
             send(None, usage=_usage(usage))
-        self._write_chunk(b"data: [DONE]\n\n")
+        self._write_chunk(b"".join(held or []) + b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
 
 

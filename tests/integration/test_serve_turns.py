@@ -13,8 +13,12 @@ from serve_support import kinds, notes, text_of, updates, without_notices
 from crow.acp.errors import INVALID_PARAMS, RESOURCE_NOT_FOUND
 
 
-def test_the_turn_lifecycle_in_order(crow, scripted_model):
-    scripted_model.script(Text(text="Hello there", chunks=3, reasoning="let me think"))
+@pytest.mark.parametrize("together", [False, True], ids=["apart", "in-one-read"])
+def test_the_turn_lifecycle_in_order(crow, scripted_model, together):
+    """The same whether the model's deltas come one by one or all in one read (then
+    they are logged in one transaction)."""
+    reply = Text(text="Hello there", chunks=3, reasoning="let me think", together=together)
+    scripted_model.script(reply)
     agent = crow()
     sid = agent.new_session()
     response, before = agent.prompt(sid, "hi")

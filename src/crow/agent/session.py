@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from crow.extensions import WAIT_OVER
-from crow.store.aio import AsyncStore, settled
-from crow.store.db import SessionRecord, TranscriptEntry
+from crow.store.aio import AsyncStore, retrieved, settled
+from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
@@ -172,30 +172,34 @@ class LiveSession:
         backed_up: set[Watcher] = set()
         cancelled = False
         async with self.log_lock:
-            for update in updates:
-                body = orjson.dumps(update)
-                state = update["state"] if update.get("sessionUpdate") == "state_update" else None
-                stop_reason = update.get("stopReason") if state == "idle" else None
-                logged = self.store.append_update(
-                    self.id,
-                    body,
-                    state=state,
-                    stop_reason=stop_reason,
-                    now=now() if state == "idle" else None,
-                )
-                seq, interrupted = await settled(logged)
-                cancelled = cancelled or interrupted
-                if seq is not None and seq > self.delivered + 1 and self.store.shared:
-                    await self._catch_up_locked(before=seq)  # another server's, first
-                if state is not None:
-                    self.state, self.stop_reason = state, stop_reason
-                backed_up.update(self._deliver(seq, update, body))
-                seqs.append(seq)
+            pending = [self._pending(update) for update in updates]
+            logged = self.store.append_updates(pending)  # one transaction when it can
+            try:
+                for update, (_, body, state, stop_reason, _), written in zip(
+                    updates, pending, logged, strict=True
+                ):
+                    seq, interrupted = await settled(written)
+                    cancelled = cancelled or interrupted
+                    if seq is not None and seq > self.delivered + 1 and self.store.shared:
+                        await self._catch_up_locked(before=seq)  # another server's, first
+                    if state is not None:
+                        self.state, self.stop_reason = state, stop_reason
+                    backed_up.update(self._deliver(seq, update, body))
+                    seqs.append(seq)
+            finally:
+                retrieved(logged)  # a failed batch fails each: the first failure is raised
         if cancelled:
             raise asyncio.CancelledError
         for slow in backed_up:  # a slow reader slows its turn, never drops updates
             await slow.drained()
         return seqs
+
+    def _pending(self, update: dict[str, Any]) -> PendingUpdate:
+        """``update`` as the store logs it, with the state it sets."""
+        state = update["state"] if update.get("sessionUpdate") == "state_update" else None
+        stop_reason = update.get("stopReason") if state == "idle" else None
+        stamp = now() if state == "idle" else None
+        return (self.id, orjson.dumps(update), state, stop_reason, stamp)
 
     def notice(
         self,

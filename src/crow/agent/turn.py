@@ -306,31 +306,43 @@ class Turn:
             await compaction.compact(self, reason="the model said the request is too long")
             return await self.stream_reply(await self.messages())  # once: then an error
 
+    @staticmethod
+    def _add_delta(
+        event: TextDelta | ReasoningDelta, reply: Reply, thought_id: str
+    ) -> dict[str, Any]:
+        """Add a delta to the reply (or its reasoning); returns the update it goes out as."""
+        if isinstance(event, TextDelta):
+            reply.text.append(event.text)
+            kind, message_id = "agent_message_chunk", reply.message_id
+        else:
+            reply.reasoning.append(event.text)
+            kind, message_id = "agent_thought_chunk", thought_id
+        return {
+            "sessionUpdate": kind,
+            "messageId": message_id,
+            "content": {"type": "text", "text": event.text},
+        }
+
     async def stream_reply(self, messages: list[dict[str, Any]]) -> Reply:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
         thought_id = new_id("msg")
         stream = self.agent.router.stream(session.model, messages, tools=self.tools)
+        # Deltas that arrived together are logged together (one transaction) and
+        # sent together.  No wait comes between a delta with ``more`` and the next
+        # event, so a burst is never left unsent.
+        burst: list[dict[str, Any]] = []
         async for event in stream:
-            if isinstance(event, TextDelta):
-                reply.text.append(event.text)
-                await session.emit(
-                    {
-                        "sessionUpdate": "agent_message_chunk",
-                        "messageId": reply.message_id,
-                        "content": {"type": "text", "text": event.text},
-                    }
-                )
-            elif isinstance(event, ReasoningDelta):
-                reply.reasoning.append(event.text)
-                await session.emit(
-                    {
-                        "sessionUpdate": "agent_thought_chunk",
-                        "messageId": thought_id,
-                        "content": {"type": "text", "text": event.text},
-                    }
-                )
-            elif isinstance(event, ToolCallDelta):
+            if isinstance(event, TextDelta | ReasoningDelta):
+                burst.append(self._add_delta(event, reply, thought_id))
+                if not event.more:
+                    await session.emit_together(*burst)
+                    burst.clear()
+                continue
+            if burst:
+                await session.emit_together(*burst)
+                burst.clear()
+            if isinstance(event, ToolCallDelta):
                 _accumulate(reply.tool_calls, event)
             elif isinstance(event, Finished):
                 reply.finish_reason, reply.model, reply.usage = (
@@ -367,6 +379,8 @@ class Turn:
                     "were replaced by a note.",
                     "warning",
                 )
+        if burst:
+            await session.emit_together(*burst)
         if reply.reasoning:
             await session.emit(
                 {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator
@@ -155,41 +156,72 @@ class ModelClient:
             request["tools"] = tools
             if tool_choice is not None:
                 request["tool_choice"] = tool_choice
-        produced = False
-        finish_reason = None
-        usage = None
+        reading = _Reading(spec.name)
         try:
             stream = http.post_stream("/chat/completions", _encode(request), spec.name)
             async with contextlib.aclosing(stream):  # leaving early closes the connection
-                async for data in stream:
-                    chunk = _decode(data, spec.name)
-                    if not isinstance(chunk, dict):
-                        continue
-                    if isinstance(chunk.get("error"), dict):  # an error event mid-stream
-                        reason = chunk["error"].get("message", "the model stream failed")
-                        reason = redact(str(reason))  # it is logged, and sent to the client
-                        raise ModelOverloaded(f"{spec.name}: {reason}", model=spec.name)
-                    if isinstance(chunk.get("usage"), dict):
-                        usage = Usage(
-                            prompt_tokens=chunk["usage"].get("prompt_tokens") or 0,
-                            completion_tokens=chunk["usage"].get("completion_tokens") or 0,
-                        )
-                    for choice in (chunk.get("choices") or [])[:1]:
-                        for event in deltas(choice.get("delta") or {}):
-                            produced = True
-                            yield event
-                        finish_reason = choice.get("finish_reason") or finish_reason
+                async for batch in stream:
+                    ready, failed = reading.take(batch)
+                    for event in _arrived_together(ready):
+                        yield event
+                    if failed is not None:
+                        raise failed
         except ModelError as exc:
-            if produced:
+            if reading.produced:
                 raise ModelStreamBroken(
                     f"{exc.message} (after part of the reply had arrived)", model=spec.name
                 ) from exc
             raise
-        if finish_reason is None:
+        if reading.finish_reason is None:
             raise ModelStreamBroken(
                 f"{spec.name}: the reply ended without a finish reason", model=spec.name
             )
-        yield Finished(finish_reason=finish_reason, model=spec.name, usage=usage)
+        yield Finished(finish_reason=reading.finish_reason, model=spec.name, usage=reading.usage)
+
+
+class _Reading:
+    """What a streamed completion has said so far, read a batch of chunks at a time."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        self.produced = False
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def take(self, batch: list[bytes]) -> tuple[list[Event], ModelError | None]:
+        """The events in ``batch``; and the error an error event in it reports
+        (the events before it are the reply's all the same)."""
+        ready: list[Event] = []
+        for data in batch:
+            chunk = _decode(data, self.model)
+            if not isinstance(chunk, dict):
+                continue
+            if isinstance(chunk.get("error"), dict):  # an error event mid-stream
+                reason = chunk["error"].get("message", "the model stream failed")
+                reason = redact(str(reason))  # it is logged, and sent to the client
+                self.produced = self.produced or bool(ready)
+                return ready, ModelOverloaded(f"{self.model}: {reason}", model=self.model)
+            if isinstance(chunk.get("usage"), dict):
+                self.usage = Usage(
+                    prompt_tokens=chunk["usage"].get("prompt_tokens") or 0,
+                    completion_tokens=chunk["usage"].get("completion_tokens") or 0,
+                )
+            for choice in (chunk.get("choices") or [])[:1]:
+                ready += deltas(choice.get("delta") or {})
+                self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        self.produced = self.produced or bool(ready)
+        return ready, None
+
+
+def _arrived_together(events: list[Event]) -> list[Event]:
+    """``events`` (parsed from one network read), each delta but the last marked as
+    having ``more`` right behind it."""
+    marked: list[Event] = []
+    for event in events[:-1]:
+        if isinstance(event, TextDelta | ReasoningDelta):
+            event = dataclasses.replace(event, more=True)
+        marked.append(event)
+    return marked + events[-1:]
 
 
 def _api_key(provider: ProviderSpec) -> str | None:

@@ -21,11 +21,15 @@ __all__ = [
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     text: str
+    #: The next event has arrived already (with this one): a consumer may wait for
+    #: it before acting (the turn logs such a burst of deltas in one transaction).
+    more: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
     text: str
+    more: bool = False  # as TextDelta's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

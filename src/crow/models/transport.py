@@ -79,8 +79,12 @@ class ModelHttp:
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 
-    async def post_stream(self, path: str, body: bytes, model: str) -> AsyncGenerator[bytes, None]:
-        """POST ``body`` to ``path`` and yield the data of each server-sent event.
+    async def post_stream(
+        self, path: str, body: bytes, model: str
+    ) -> AsyncGenerator[list[bytes], None]:
+        """POST ``body`` to ``path`` and yield the data of its server-sent events, in
+        batches: the events that arrived together (a busy or fast server sends
+        several per read; the caller may handle those at once).
 
         The stream ends at ``[DONE]`` (the rest of the body is read, so that the
         connection goes back to the pool) or when the server ends the body.
@@ -102,11 +106,13 @@ class ModelHttp:
             if response.status >= 400:
                 raise status_error(model, response.status, await _error_text(response))
             with _failures(model, self.base_url, sending=False):
-                async for data in _events(response):
-                    if data == b"[DONE]":
+                async for batch in _event_batches(response):
+                    if b"[DONE]" in batch:
+                        if before := batch[: batch.index(b"[DONE]")]:
+                            yield before
                         await _drain(response)
                         return
-                    yield data
+                    yield batch
         finally:
             response.release()  # to the pool if read to its end, else closed
 
@@ -116,9 +122,10 @@ class ModelHttp:
             await session.close()
 
 
-async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+async def _event_batches(response: aiohttp.ClientResponse) -> AsyncIterator[list[bytes]]:
     """The data of each event of a ``text/event-stream`` body (other fields and
-    comments skipped; several ``data:`` lines of one event joined by newlines)."""
+    comments skipped; several ``data:`` lines of one event joined by newlines), a
+    list per network read: the events that read completed."""
     buffer = b""
     data: list[bytes] = []
     async for chunk in response.content.iter_any():
@@ -126,15 +133,18 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         if b"\n" not in chunk:
             continue  # a long line on its way: split it once it has ended
         *lines, buffer = buffer.split(b"\n")
+        batch = []
         for line in lines:
             line = line.removesuffix(b"\r")
             if line.startswith(b"data:"):
                 data.append(line[5:].lstrip())
             elif not line and data:
-                yield b"\n".join(data)
+                batch.append(b"\n".join(data))
                 data = []
+        if batch:
+            yield batch
     if data:  # a body that ends without the blank line after its last event
-        yield b"\n".join(data)
+        yield [b"\n".join(data)]
 
 
 async def _drain(response: aiohttp.ClientResponse, seconds: float = 0.2) -> None:

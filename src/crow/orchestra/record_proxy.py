@@ -12,10 +12,11 @@ text, so Crow can carry the conversation on (tool calls are not in it).
 v2 updates are logged as they come, except what a resume or load replays (already
 logged).  Each is logged before it is passed on, and a turn's end (the ``idle``,
 or a v1 prompt's answer) is passed on only once it is written: a client that saw
-the turn end, then closed the chain, finds it ended in the store.  A v1 agent's updates are logged as v2: the prompt becomes the turn's
-``user_message``, its chunks get a message id per turn, ``running`` and ``idle``
-(with the answer's stop reason) frame the turn; what v2 has no place for (modes,
-commands) is left out.
+the turn end, then closed the chain, finds it ended in the store.  A v1 agent's
+updates are logged as v2: the prompt becomes the turn's ``user_message``, its
+chunks get a message id per turn, ``running`` and ``idle`` (with the answer's
+stop reason) frame the turn; what v2 has no place for (modes, commands) is left
+out.
 
 A session the store already keeps as an agent's own (a Crow behind the proxy on the
 same store) is left alone: it would be logged twice.

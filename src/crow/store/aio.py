@@ -8,19 +8,22 @@ their order and the sqlite3 connection is never used by two threads at once).
 
 The update log is the hot path (every ``session/update`` is logged before it
 is sent), and a hop to the thread costs ~0.1 ms, four times the append itself.
-So an append (and a read) is first tried right on the loop, on a second connection that
-never waits (``busy_timeout = 0``, and no checkpoints: the thread runs those):
-a WAL append takes tens of microseconds.  When that connection finds the
-database locked (another process, or our own thread writing), the append goes
-to the thread, which waits for the lock within the busy timeout.  While any
-append is queued there, later ones queue behind it, so the log keeps the order
-of the calls.  Appends queued together, with no other call between them, are
-written in one transaction and one hop back to the loop.  On the loop an append is committed at once, in its own
-transaction, and its future is done when ``append_update`` returns: a turn then
-emits a burst of updates without waiting for the loop between them, and its
-watchers get the burst in one socket write.  (Batching a loop pass's appends in
-one commit cost more: each update waited a pass, and each went out in a write
-of its own.)
+So an append (and a read) is first tried right on the loop, on a second
+connection that never waits (``busy_timeout = 0``, and no checkpoints: the
+thread runs those): a WAL append takes tens of microseconds.  When that
+connection finds the database locked (another process, or our own thread
+writing), the append goes to the thread, which waits for the lock within the
+busy timeout.  While any append is queued there, later ones queue behind it, so
+the log keeps the order of the calls.  Appends queued together, with no other
+call between them, are written in one transaction and one hop back to the loop.
+
+On the loop an append is committed at once, in its own transaction, and its
+future is done when ``append_update`` returns: a turn then emits a burst of
+updates without waiting for the loop between them, and its watchers get the
+burst in one socket write.  (Batching a loop pass's appends in one commit cost
+more: each update waited a pass, and each went out in a write of its own.)  A
+caller that has several updates at once (the deltas of one network read of a
+model's reply) logs them with ``append_updates``: one transaction, all or none.
 
 Database failures surface as ``StoreUnavailable``, one error for the agent to
 handle.  A call that has started on the thread finishes even when its caller
@@ -48,7 +51,7 @@ from .db import (
     database_errors,
 )
 
-__all__ = ["AsyncStore", "settled"]
+__all__ = ["AsyncStore", "retrieved", "settled"]
 
 T = TypeVar("T")
 _Batch = list[tuple[PendingUpdate, "asyncio.Future[int]"]]
@@ -224,25 +227,43 @@ class AsyncStore:
         )
         if done is not None:
             return done
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[int] = loop.create_future()
-        self._queue_on_thread((session_id, body, state, stop_reason, now), future, loop)
-        return future
+        return self._queue_on_thread([(session_id, body, state, stop_reason, now)])[0]
 
-    def _queue_on_thread(
-        self, update: PendingUpdate, future: asyncio.Future[int], loop: asyncio.AbstractEventLoop
-    ) -> None:
+    def append_updates(self, batch: list[PendingUpdate]) -> list[asyncio.Future[int]]:
+        """Log several updates, all or none, in one transaction; a future of each seq."""
+        if len(batch) == 1:  # one statement, no transaction to open
+            session_id, body, state, stop_reason, now = batch[0]
+            return [
+                self.append_update(session_id, body, state=state, stop_reason=stop_reason, now=now)
+            ]
+        loop = asyncio.get_running_loop()
+        try:
+            seqs = self._here("append_updates", batch, write=True)
+        except StoreUnavailable as exc:
+            return [_failed(loop, exc) for _ in batch]
+        if seqs is ON_THREAD:
+            return self._queue_on_thread(batch)
+        done = [loop.create_future() for _ in batch]
+        for future, seq in zip(done, seqs, strict=True):
+            future.set_result(seq)
+        return done
+
+    def _queue_on_thread(self, updates: list[PendingUpdate]) -> list[asyncio.Future[int]]:
+        """Queue appends for the thread, in one batch (one transaction) with those
+        queued just before them, unless another call came between."""
+        loop = asyncio.get_running_loop()
         if self._closed:
-            future.set_exception(StoreUnavailable("the session store is closed"))
-            return
-        self._queued += 1
+            return [_failed(loop, StoreUnavailable("the session store is closed")) for _ in updates]
+        futures = [loop.create_future() for _ in updates]
+        self._queued += len(updates)
         with self._appends_lock:
             batch, new = self._open_batch, self._open_batch is None
             if batch is None:
                 batch = self._open_batch = []
-            batch.append((update, future))
+            batch += zip(updates, futures, strict=True)
         if new:  # the batch's write is queued; appends until the next call join it
             self._thread.submit(self._write_appends, batch, loop)
+        return futures
 
     def _write_appends(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
         """On the store thread: log a batch of queued appends in one transaction."""
@@ -321,6 +342,20 @@ def _fast_connection(store: Store) -> Store | None:
     except (StoreError, sqlite3.Error):
         return None  # every append goes through the thread
     return fast
+
+
+def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future[Any]:
+    future = loop.create_future()
+    future.set_exception(error)
+    return future
+
+
+def retrieved(futures: list[asyncio.Future[Any]]) -> None:
+    """Mark the errors of ``futures`` as seen: when a batch fails, each of its
+    futures holds the error, and the caller raises only the first."""
+    for future in futures:
+        if future.done() and not future.cancelled():
+            future.exception()
 
 
 def _resolve(futures: list[asyncio.Future[int]], outcome: list[int] | BaseException) -> None:

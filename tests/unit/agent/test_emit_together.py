@@ -55,3 +55,30 @@ async def test_a_resume_sees_the_prompt_and_running_or_neither(tmp_path):
     assert kinds == [("replay", "user_message"), ("resumed", "state_update")]
     assert watcher.seen[-1][1]["state"] == "running"
     await store.aclose()
+
+
+async def test_updates_emitted_together_are_logged_in_one_transaction(tmp_path, monkeypatch):
+    """A burst (the deltas of one network read) costs one commit, not one per update,
+    and goes out whole, in order."""
+    batches: list[int] = []
+    append_updates = Store.append_updates
+
+    def counted(self: Store, batch: list[Any]) -> list[int]:
+        batches.append(len(batch))
+        return append_updates(self, batch)
+
+    monkeypatch.setattr(Store, "append_updates", counted)
+    store = AsyncStore(Store(tmp_path / "store.db"))
+    record = await store.create_session(session_id="sess_1", cwd="/tmp", now=now())
+    session = LiveSession(record=record, store=store, model="main")
+    watcher = Recorder()
+    await session.attach(watcher, replay_after=None)
+    chunks = [
+        {"sessionUpdate": "agent_message_chunk", "messageId": "m", "content": {"text": t}}
+        for t in ("a", "b", "c")
+    ]
+    assert await session.emit_together(*chunks) == [1, 2, 3]
+    assert batches == [3]
+    assert [u for how, u in watcher.seen if how == "live"] == chunks
+    assert [orjson.loads(b) for _, b in await store.replay("sess_1")] == chunks
+    await store.aclose()

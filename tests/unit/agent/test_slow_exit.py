@@ -20,4 +20,3 @@ async def test_a_slow_shutdown_logs_each_pending_task_and_where_it_waits(caplog)
     [record] = [r for r in caplog.records if "shutdown still waits" in r.getMessage()]
     assert "stuck-writer" in record.getMessage()
     assert "waits_on_the_store_forever" in record.getMessage()
-

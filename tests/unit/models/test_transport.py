@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from fakemodel import Drop, Hang, Text
+from fakemodel import Drop, Hang, StreamError, Text
 
 from crow.config import Config as CrowConfig
 from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy
@@ -51,6 +51,33 @@ async def test_a_reply_streams_and_the_key_is_sent_as_bearer(scripted_model):
     assert "".join(e.text for e in got if isinstance(e, TextDelta)) == "one two three"
     assert isinstance(got[-1], Finished)
     assert scripted_model.headers[0]["authorization"] == "Bearer sk-test"
+
+
+async def test_deltas_that_arrive_together_say_more_follows_but_the_last(scripted_model):
+    """What one network read brings is marked, so the turn logs it in one transaction;
+    deltas that arrive apart are each the last of their read."""
+    scripted_model.script(
+        Text(text="a b c", chunks=3, together=True), Text(text="x y", chunks=2, delay_s=0.05)
+    )
+    together = [
+        e for e in await events(client(scripted_model.base_url)) if isinstance(e, TextDelta)
+    ]
+    assert "".join(e.text for e in together) == "a b c"
+    assert [e.more for e in together] == [True, True, False]
+    apart = [e for e in await events(client(scripted_model.base_url)) if isinstance(e, TextDelta)]
+    assert [e.more for e in apart] == [False, False]
+
+
+async def test_an_error_event_after_deltas_in_the_same_read_breaks_the_stream(scripted_model):
+    scripted_model.script(StreamError(text="half done", chunks=2, message="out of memory"))
+    model, got = client(scripted_model.base_url), []
+    with pytest.raises(ModelStreamBroken, match="out of memory.*after part of the reply"):
+        try:
+            async for event in model.stream(SPEC, [{"role": "user", "content": "hi"}]):
+                got.append(event)
+        finally:
+            await model.aclose()
+    assert "".join(e.text for e in got if isinstance(e, TextDelta)) == "half done"
 
 
 async def test_connections_are_kept_alive_between_calls(scripted_model):
