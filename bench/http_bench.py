@@ -2,7 +2,7 @@
 
     python bench/http_bench.py [--clients 100] [--prompts 10] [--chunks 10]
                                [--only crow,crow-echo,ts-echo] [--transports http,ws]
-                               [--rates 0,50]
+                               [--rates 0,50] [--rounds 1]
 
 Servers, each in its own process, measured one after another in the same run:
 
@@ -22,6 +22,10 @@ schedule that offers that many prompts/s in all (an open loop: the latency a
 client sees at that load).  Reported: prompts/s,
 session/update events/s, p50/p99/max of prompt -> idle, and the server's peak
 RSS (for ts-echo, the HTTP server process only, not its agent children).
+
+A shared machine's speed drifts by half over minutes: ``--rounds N`` runs every
+server N times in turn and reports the medians, and crow's closed-loop prompts/s
+over ts-echo's round by round.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import itertools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -122,6 +127,59 @@ def commands(chunks: int, home: str) -> dict[str, tuple[list[str], dict[str, str
     }
 
 
+Key = tuple[str, str, float]  # server, transport, offered rate
+
+
+def measure(
+    name: str, command: list[str], env: dict[str, str], args: argparse.Namespace
+) -> dict[Key, dict[str, float]]:
+    """Start one server, run every load against it, print each result."""
+    results: dict[Key, dict[str, float]] = {}
+    server, url = start(command, env)
+    try:
+        for transport, rate in itertools.product(
+            args.transports.split(","), map(float, args.rates.split(","))
+        ):
+            target = url if transport == "http" else url.replace("http", "ws", 1)
+            r = results[(name, transport, rate)] = run_load(
+                target, args.clients, args.prompts, rate
+            )
+            offered = f"at {rate:4.0f}/s" if rate else "closed  "
+            print(
+                f"  {name:9} {transport:4} {offered} "
+                f"{r['prompts_per_s']:7.0f} prompts/s "
+                f"{r['updates_per_s']:8.0f} events/s  p50 {r['p50_ms']:7.1f} ms  "
+                f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms",
+                flush=True,
+            )
+        print(f"  {name:9} peak RSS {peak_rss_mib(server.pid):.0f} MiB", flush=True)
+    finally:
+        stop(server)
+    return results
+
+
+def summarize(rounds: list[dict[Key, dict[str, float]]]) -> None:
+    """Medians over the rounds, and crow's closed-loop prompts/s over ts-echo's
+    round by round (the servers of a round ran minutes apart, not hours)."""
+    print(f"medians over {len(rounds)} rounds:")
+    for key in rounds[0]:
+        runs = [r[key] for r in rounds]
+        median = {f: statistics.median(run[f] for run in runs) for f in runs[0]}
+        name, transport, rate = key
+        offered = f"at {rate:4.0f}/s" if rate else "closed  "
+        print(
+            f"  {name:9} {transport:4} {offered} {median['prompts_per_s']:7.0f} prompts/s"
+            f"  p99 {median['p99_ms']:7.1f} ms"
+        )
+    for transport in {t for _, t, _ in rounds[0]}:
+        crow, ts = ("crow", transport, 0.0), ("ts-echo", transport, 0.0)
+        if crow in rounds[0] and ts in rounds[0]:
+            ratios = [r[crow]["prompts_per_s"] / r[ts]["prompts_per_s"] for r in rounds]
+            shown = " ".join(f"{x:.2f}" for x in ratios)
+            middle = statistics.median(ratios)
+            print(f"  crow / ts-echo {transport:4} closed: {shown} (median {middle:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, default=100)
@@ -130,35 +188,26 @@ def main() -> None:
     parser.add_argument("--only", default="crow,crow-echo,ts-echo")
     parser.add_argument("--transports", default="http,ws")
     parser.add_argument("--rates", default="0,50", help="offered prompts/s; 0: closed loop")
+    parser.add_argument("--rounds", type=int, default=1, help="every server again, in turn")
     args = parser.parse_args()
     model, base_url = start_model(args.chunks)
+    rounds: list[dict[Key, dict[str, float]]] = []
     try:
         with tempfile.TemporaryDirectory() as home:
             write_config(Path(home), base_url, extra="[tools]\nbuiltin = []\n")
             print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
-            for name, (command, env) in commands(args.chunks, home).items():
-                if name not in args.only.split(","):
-                    continue
-                server, url = start(command, env)
-                try:
-                    for transport, rate in itertools.product(
-                        args.transports.split(","), map(float, args.rates.split(","))
-                    ):
-                        target = url if transport == "http" else url.replace("http", "ws", 1)
-                        r = run_load(target, args.clients, args.prompts, rate)
-                        offered = f"at {rate:4.0f}/s" if rate else "closed  "
-                        print(
-                            f"  {name:9} {transport:4} {offered} "
-                            f"{r['prompts_per_s']:7.0f} prompts/s "
-                            f"{r['updates_per_s']:8.0f} events/s  p50 {r['p50_ms']:7.1f} ms  "
-                            f"p99 {r['p99_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms",
-                            flush=True,
-                        )
-                    print(f"  {name:9} peak RSS {peak_rss_mib(server.pid):.0f} MiB", flush=True)
-                finally:
-                    stop(server)
+            for round_number in range(1, args.rounds + 1):
+                if args.rounds > 1:
+                    print(f"round {round_number}")
+                results: dict[Key, dict[str, float]] = {}
+                for name, (command, env) in commands(args.chunks, home).items():
+                    if name in args.only.split(","):
+                        results.update(measure(name, command, env, args))
+                rounds.append(results)
     finally:
         stop(model)
+    if args.rounds > 1:
+        summarize(rounds)
 
 
 if __name__ == "__main__":
