@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from fakemodel import ScriptedModel
 from support import ECHO_AGENT, RawAgent
 
 scripted_model = fakemodel.scripted_model  # the fixture, for every test
+
+# A suite started in the background by a shell without job control (``bash .ci/run &``)
+# inherits SIGINT ignored, and so would every agent it starts: the tests that press
+# Ctrl-C need it back.  (A Python handler here: exec gives the children the default.)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
