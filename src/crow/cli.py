@@ -244,9 +244,11 @@ def _serve(args: argparse.Namespace) -> int:
         )
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve import serve_stdio  # not needed for --help
+    from .agent.slow_exit import serve_then_leave
 
+    serving = run_with_debug_hooks(serve_stdio(config, setup=_add_judge))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
+        asyncio.run(serve_then_leave(serving, _exit_now))
     _exit_now(0)
 
 
@@ -272,6 +274,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
     from .acp.transports.http_server import HttpLimits
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve_http import ServeError, security_for, serve_http
+    from .agent.slow_exit import serve_then_leave
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
@@ -292,7 +295,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
             max_output_stall_s=config.server.max_output_stall_s,
         )
         serving = serve_http(config, host, int(port), security, limits=limits, setup=_add_judge)
-        asyncio.run(run_with_debug_hooks(serving))
+        asyncio.run(serve_then_leave(run_with_debug_hooks(serving), _exit_now))
     _exit_now(0)
 
 
