@@ -5,19 +5,18 @@ sockets and leases.  Shutdown waits for running turns, the tools and the store,
 each within a bound.  Two guards stand behind those bounds:
 
 - ``report_if_slow``: a shutdown still going after ``REPORT_AFTER_S`` logs every
-  pending task with where it waits (a task's own stack, which a thread dump
+  pending task with where it waits, down to the innermost await (which a thread dump
   cannot show: the loop's thread just waits in ``select``).
 - ``serve_then_leave``: once the server has shut down, the tasks left are
   cancelled and get ``LEFTOVER_WAIT_S``; if some still run, they are reported and
   the process leaves without them.  ``asyncio.run`` would wait for them forever:
-  an MCP client cancelled while its in-process server was starting was seen
-  stuck in the MCP SDK's shutdown, and ``crow serve`` never exited.
+  the clients of the four built-in MCP servers were once seen stuck in the MCP
+  SDK's shutdown, and ``crow serve`` never exited.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
@@ -30,8 +29,8 @@ log = logging.getLogger("crow.agent")
 REPORT_AFTER_S = 5.0
 #: Seconds the tasks left after shutdown get to end once cancelled.
 LEFTOVER_WAIT_S = 2.0
-#: Frames shown per task.
-FRAMES = 8
+#: Awaits followed down per task.
+MAX_DEPTH = 40
 
 
 def report_if_slow(after_s: float = REPORT_AFTER_S) -> asyncio.TimerHandle:
@@ -62,7 +61,34 @@ def _report(when: str) -> None:
     pending = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
     lines = [f"shutdown still waits {when}, on {len(pending)} tasks:"]
     for task in pending:
-        where = io.StringIO()
-        task.print_stack(limit=FRAMES, file=where)
-        lines.append(f"- {task.get_name()}: {where.getvalue().strip()}")
+        lines.append(f"- {task.get_name()}, awaiting:")
+        lines += [f"    {where}" for where in _awaiting(task.get_coro())]
     log.warning("%s", "\n".join(lines))
+
+
+def _awaiting(coroutine: Any) -> list[str]:
+    """Where ``coroutine`` waits, outermost first: each coroutine it awaits, down to
+    the innermost (``Task.print_stack`` shows only the outermost frame of a
+    suspended task, which says little when the wait is deep inside a library)."""
+    chain: list[str] = []
+    while coroutine is not None and len(chain) < MAX_DEPTH:
+        frame = _frame_of(coroutine)
+        if frame is None:
+            break  # a future (or another C-level awaitable): no frame of its own
+        code = frame.f_code
+        chain.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        coroutine = next(
+            (getattr(coroutine, a) for a in _AWAITED if getattr(coroutine, a, None) is not None),
+            None,
+        )
+    return chain
+
+
+def _frame_of(awaitable: Any) -> Any:
+    return next((getattr(awaitable, a) for a in _FRAMES if getattr(awaitable, a, None)), None)
+
+
+#: What a coroutine, a generator and an async generator call their frame, and what
+#: each is waiting on.
+_FRAMES = ("cr_frame", "gi_frame", "ag_frame")
+_AWAITED = ("cr_await", "gi_yieldfrom", "ag_await")

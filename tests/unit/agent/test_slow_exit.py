@@ -9,8 +9,13 @@ from crow.agent.slow_exit import report_if_slow
 
 
 async def test_a_slow_shutdown_logs_each_pending_task_and_where_it_waits(caplog):
-    async def waits_on_the_store_forever() -> None:
+    """Down to the innermost await: where a library waits, not only our call to it."""
+
+    async def deep_inside_a_library() -> None:
         await asyncio.Event().wait()
+
+    async def waits_on_the_store_forever() -> None:
+        await deep_inside_a_library()
 
     stuck = asyncio.create_task(waits_on_the_store_forever(), name="stuck-writer")
     caplog.set_level(logging.WARNING, logger="crow.agent")
@@ -18,8 +23,9 @@ async def test_a_slow_shutdown_logs_each_pending_task_and_where_it_waits(caplog)
     await asyncio.sleep(0.2)
     stuck.cancel()
     [record] = [r for r in caplog.records if "shutdown still waits" in r.getMessage()]
-    assert "stuck-writer" in record.getMessage()
-    assert "waits_on_the_store_forever" in record.getMessage()
+    message = record.getMessage()
+    assert "stuck-writer" in message and "waits_on_the_store_forever" in message
+    assert "deep_inside_a_library" in message and "in wait" in message  # Event.wait
 
 
 class Left(Exception):
