@@ -71,7 +71,7 @@ async def test_deltas_that_arrive_together_say_more_follows_but_the_last(scripte
 async def test_an_error_event_after_deltas_in_the_same_read_breaks_the_stream(scripted_model):
     scripted_model.script(StreamError(text="half done", chunks=2, message="out of memory"))
     model, got = client(scripted_model.base_url), []
-    with pytest.raises(ModelStreamBroken, match="out of memory.*after part of the reply"):
+    with pytest.raises(ModelStreamBroken, match=r"out of memory.*after part of the reply"):
         try:
             async for event in model.stream(SPEC, [{"role": "user", "content": "hi"}]):
                 got.append(event)
