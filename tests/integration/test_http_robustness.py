@@ -209,6 +209,15 @@ async def test_deeply_nested_json_over_websocket_gets_an_error_reply(server, dep
         assert json.loads(await ws.recv())["id"] == 2
 
 
+async def test_a_websocket_that_offers_compression_gets_plain_frames(server):
+    """permessage-deflate would cost a zlib context per connection and CPU per update."""
+    async with asyncio.timeout(20), connect(server.ws_url, compression="deflate") as ws:
+        assert "Sec-WebSocket-Extensions" in ws.request.headers  # offered
+        assert "Sec-WebSocket-Extensions" not in ws.response.headers  # declined
+        await ws.send(json.dumps(INIT))
+        assert "result" in json.loads(await ws.recv())
+
+
 def test_deeply_nested_json_over_http_is_400_and_the_connection_lives(server):
     connection = open_connection(server.url)
     deep = b"[" * 100_000 + b"]" * 100_000

@@ -196,6 +196,9 @@ async def serve_http(
             lifespan="on",
             ws="websockets-sansio",
             ws_max_size=app.limits.max_message_bytes,
+            # ACP messages are small JSON, mostly on loopback: compressing each one
+            # costs CPU per update and a zlib context (~300 KiB) per connection.
+            ws_per_message_deflate=False,
             timeout_graceful_shutdown=3,
             # Crow reads no client address or scheme: uvicorn's X-Forwarded-* middleware
             # would parse the peer's IP on every request for nothing.
