@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from fakemodel import Text, ToolCalls
 from test_serve_http import client_for, server  # noqa: F401  (the fixture)
 
 from crow.acp import schema
+from crow.agent.quiet import QUIET_S
 
 
 def probe_pids(server_pid: int) -> set[int]:
@@ -128,6 +130,36 @@ async def test_a_session_nobody_watches_is_unloaded_with_its_tool_servers(
         assert len(probe_pids(pid)) == 1
         await again.aclose()
         await eventually(lambda: not probe_pids(pid), "the probe server stopped again")
+
+
+async def test_the_server_gives_memory_back_once_its_last_session_unloads(
+    server,  # noqa: F811
+    scripted_model,
+    crow_home,
+):
+    """Not while any session is live (the collection blocks the loop): only once
+    the last one has gone, after a quiet moment (crow.agent.quiet)."""
+    scripted_model.set_default(Text(text="ok"))
+    log = crow_home / "logs" / "crow.log"
+
+    def releases() -> int:
+        return log.read_text().count("gave memory back")
+
+    staying = await client_for(server.url)
+    leaving = await client_for(server.ws_url)
+    async with asyncio.timeout(60):
+        kept = await staying.new_session("/tmp")
+        await kept.run("stay")
+        gone = await leaving.new_session("/tmp")
+        await gone.run("leave")
+        await leaving.aclose()  # its session unloads; the other is still live
+        await asyncio.sleep(QUIET_S + 1.0)
+        assert releases() == 0
+        await staying.aclose()
+        await eventually(lambda: releases() == 1, "the memory was given back", QUIET_S + 10)
+        assert re.search(
+            r"gave memory back: \d+ objects collected, RSS [\d.]+ -> [\d.]+ MiB", log.read_text()
+        )
 
 
 async def test_another_clients_resume_keeps_the_running_tool_servers(

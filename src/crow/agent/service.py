@@ -49,6 +49,7 @@ from crow.store.lease import RENEW_EVERY_S, expiry, this_process
 
 from . import commands, verdicts
 from .content import prompt_capabilities, to_user_content
+from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
 from .shared_questions import SharedQuestions
@@ -107,6 +108,7 @@ class CrowAgent:
         if self.store.shared:
             self.shared_questions = SharedQuestions(self.store, self.live)
         self.judge: Follower | None = None  # set by crow serve
+        self.memory = MemoryRelease(lambda: not self.live)
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
@@ -227,6 +229,7 @@ class CrowAgent:
             return
         self._shut_down = True
         report_if_slow(grace_s + REPORT_AFTER_S)
+        self.memory.close()
         running = [s.turn.task for s in self.live.values() if s.turn and s.turn.task]
         if grace_s > 0 and (running := [t for t in running if not t.done()]):
             log.warning("waiting up to %.0f s for %d running turns", grace_s, len(running))
@@ -350,6 +353,7 @@ class CrowAgent:
             await session.end_turn("session/close")
             session.watchers.clear()
             await session.close_tools()
+            self._maybe_quiet()
         await self.store.delete_session(params.session_id)
 
     async def set_config_option(
@@ -518,6 +522,12 @@ class CrowAgent:
         if self.judge is not None:
             self.judge.unfollow(session.id)
         self.spawn(session.close_tools(), name=f"unload-{session.id}")
+        self._maybe_quiet()
+
+    def _maybe_quiet(self) -> None:
+        """The last live session has gone: give the memory it used back soon."""
+        if not self.live and not self._shut_down:
+            self.memory.quiet()
 
     def _client_servers(self, servers: Any) -> list[Any]:
         return client_servers(servers, self.config, allowed=self.clients_authenticated)

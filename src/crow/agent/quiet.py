@@ -1,0 +1,106 @@
+"""Giving memory back once the agent goes quiet.
+
+A busy session holds its transcript, its model requests and its clients'
+buffers; when its last client leaves it is unloaded and all of that is freed.
+Freed, but not given back: CPython keeps an arena of small objects while one
+object in it lives, cycles wait for the collector, and glibc keeps freed heap
+pages.  A long-lived ``crow serve`` then sits tens of MiB above what it uses
+after every busy hour.  So once no session is live for a moment, the agent
+runs the collector and ``malloc_trim``: what was freed goes back to the system,
+and a leak is what stays.
+
+The collection blocks the loop for tens of milliseconds, which is why it waits
+for quiet, and runs at most once per ``every_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+import logging
+import os
+import time
+from collections.abc import Callable
+
+__all__ = ["MemoryRelease", "release_memory"]
+
+log = logging.getLogger("crow.agent")
+
+#: How long the agent stays without a live session before it gives memory back.
+QUIET_S = 2.0
+#: At most one release in this many seconds (a script of short runs stays cheap).
+EVERY_S = 30.0
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None on another C library."""
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+
+
+_trim = _malloc_trim()
+
+
+def _rss_mib() -> float:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):  # not Linux
+        return float("nan")
+
+
+def release_memory() -> None:
+    """Collect every generation, then hand the C heap's free pages back."""
+    before = _rss_mib()
+    freed = gc.collect()
+    if _trim is not None:
+        _trim(0)
+    log.info(
+        "gave memory back: %d objects collected, RSS %.1f -> %.1f MiB", freed, before, _rss_mib()
+    )
+
+
+class MemoryRelease:
+    """Calls ``release`` once ``is_quiet()`` has held for ``quiet_s``.
+
+    ``quiet()`` says the agent may have gone quiet (its last session has just
+    unloaded); the timer it starts checks again when it fires, so a client that
+    came back meanwhile only costs a check.
+    """
+
+    def __init__(
+        self,
+        is_quiet: Callable[[], bool],
+        *,
+        release: Callable[[], None] = release_memory,
+        quiet_s: float = QUIET_S,
+        every_s: float = EVERY_S,
+    ) -> None:
+        self.is_quiet = is_quiet
+        self.release = release
+        self.quiet_s = quiet_s
+        self.every_s = every_s
+        self.last = -float("inf")
+        self._timer: asyncio.TimerHandle | None = None
+
+    def quiet(self) -> None:
+        if self._timer is not None:
+            return  # one is coming: it checks again when it fires
+        delay = max(self.quiet_s, self.last + self.every_s - time.monotonic())
+        self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if self.is_quiet():
+            self.last = time.monotonic()
+            self.release()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
