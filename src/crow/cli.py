@@ -245,10 +245,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve import serve_stdio  # not needed for --help
     from .agent.slow_exit import serve_then_leave
+    from .event_loop import run
 
     serving = run_with_debug_hooks(serve_stdio(config, setup=_add_judge))
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_then_leave(serving, _exit_now))
+        run(serve_then_leave(serving, _exit_now))
     _exit_now(0)
 
 
@@ -275,6 +276,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve_http import ServeError, security_for, serve_http
     from .agent.slow_exit import serve_then_leave
+    from .event_loop import run
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
@@ -295,7 +297,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
             max_output_stall_s=config.server.max_output_stall_s,
         )
         serving = serve_http(config, host, int(port), security, limits=limits, setup=_add_judge)
-        asyncio.run(serve_then_leave(run_with_debug_hooks(serving), _exit_now))
+        run(serve_then_leave(run_with_debug_hooks(serving), _exit_now))
     _exit_now(0)
 
 
