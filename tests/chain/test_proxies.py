@@ -7,14 +7,17 @@ first, then the judge's answer.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 from typing import Any
 
 import orjson
@@ -224,6 +227,36 @@ def test_record_turns_a_v1_agents_turns_into_v2_sessions(configured):
         assert updates[2]["state"] == "idle"
     finally:
         serve.close()
+
+
+def test_a_recorded_turns_end_reaches_the_client_only_once_it_is_logged(configured):
+    """A client that saw the turn end finds it ended in the store: with the store
+    locked, the turn's content passes on and its end (a v1 prompt's answer) waits."""
+    from crow.config import Paths
+
+    client = RawAgent(shlex.split(chain(RECORD, SCRIPTED)))
+    lock = sqlite3.connect(Paths.from_env().store, isolation_level=None)
+    try:
+        client.request("initialize", V1)
+        response, _ = client.request("session/new", {"cwd": "/tmp", "mcpServers": []})
+        sid = response["result"]["sessionId"]
+        lock.execute("BEGIN IMMEDIATE")  # every write waits (within the busy timeout)
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": "locked words"}]}
+        client.send({"jsonrpc": "2.0", "id": 9, "method": "session/prompt", "params": params})
+        seen = []
+        deadline = time.monotonic() + 1.5
+        while (left := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(Empty):
+                seen.append(client.recv(timeout=left))
+        assert [m.get("id") for m in seen if "method" not in m] == [], seen
+        assert any("locked words" in json.dumps(m) for m in seen), seen  # content passed
+        lock.execute("ROLLBACK")
+        answer, _ = client.until_response(9)
+        assert answer["result"]["stopReason"] == "end_turn"
+        assert _session_state(sid) == "idle"  # already, as the client learns it
+    finally:
+        lock.close()
+        assert client.close() == 0
 
 
 def test_a_killed_recorder_leaves_a_turn_crow_closes(configured):
