@@ -16,8 +16,7 @@ for quiet, and runs at most once per ``every_s``.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
+import functools
 import gc
 import logging
 import os
@@ -34,16 +33,17 @@ QUIET_S = 2.0
 EVERY_S = 30.0
 
 
+@functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None on another C library."""
-    name = ctypes.util.find_library("c")
+    """glibc's ``malloc_trim`` (from the process's own symbols), or None on another
+    C library.  Looked up at the first release, not at import: crow serve starts
+    without it."""
+    import ctypes
+
     try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except (OSError, TypeError):  # no handle on the process itself (Windows)
         return None
-
-
-_trim = _malloc_trim()
 
 
 def _rss_mib() -> float:
@@ -58,8 +58,8 @@ def release_memory() -> None:
     """Collect every generation, then hand the C heap's free pages back."""
     before = _rss_mib()
     freed = gc.collect()
-    if _trim is not None:
-        _trim(0)
+    if (trim := _malloc_trim()) is not None:
+        trim(0)
     log.info(
         "gave memory back: %d objects collected, RSS %.1f -> %.1f MiB", freed, before, _rss_mib()
     )

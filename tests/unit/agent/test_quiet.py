@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import platform
 import weakref
 
-from crow.agent.quiet import MemoryRelease, release_memory
+import pytest
+
+from crow.agent.quiet import MemoryRelease, _malloc_trim, release_memory
 
 
 async def test_a_release_waits_for_quiet_checks_again_and_keeps_its_distance():
@@ -59,3 +62,8 @@ def test_release_memory_frees_cycles():
     finally:
         gc.enable()
     assert alive() is None
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_the_release_finds_malloc_trim_on_glibc():
+    assert _malloc_trim() is not None
