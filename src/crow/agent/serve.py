@@ -24,7 +24,7 @@ from crow.store.db import open_store
 
 from .service import CrowAgent
 
-__all__ = ["open_follower", "serve_connection", "serve_stdio"]
+__all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent"]
 
 #: What crow serve adds to its agent before serving (crow.cli: the resident judge).
 Setup = Callable[[CrowAgent], None]
@@ -40,8 +40,19 @@ def agent_info() -> schema.Implementation:
     return schema.Implementation(name="crow", title="Crow", version=version("crow-cli"))
 
 
+def start_agent(config: Config, *, clients_authenticated: bool = True) -> CrowAgent:
+    """The agent on the configured store; the store is closed again if the agent
+    cannot start (its recovery of interrupted turns runs here, and may fail)."""
+    store = open_store(config.store_location)
+    try:
+        return CrowAgent(config, store, clients_authenticated=clients_authenticated)
+    except BaseException:
+        store.close()
+        raise
+
+
 async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
-    agent = CrowAgent(config, open_store(config.store_location))
+    agent = start_agent(config)
     try:
         if setup is not None:
             setup(agent)

@@ -42,10 +42,8 @@ from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTranspor
 from crow.config import Config, ServerSettings
 from crow.redact import register_secret
 from crow.runtime_file import WILDCARDS, is_loopback, publish
-from crow.store.db import open_store
 
-from .serve import Setup, serve_connection
-from .service import CrowAgent
+from .serve import Setup, serve_connection, start_agent
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
 
@@ -156,9 +154,8 @@ async def serve_http(
 ) -> None:
     import uvicorn
 
-    store = open_store(config.store_location)
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
-    agent = CrowAgent(config, store, clients_authenticated=security.token is not None)
+    agent = start_agent(config, clients_authenticated=security.token is not None)
     if setup is not None:
         setup(agent)
     agent.learn_model(config.chain[0])  # before the first client's initialize, if it can
