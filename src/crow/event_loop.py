@@ -22,11 +22,15 @@ __all__ = ["EVENT_LOOP_ENV", "run"]
 log = logging.getLogger("crow.agent")
 
 EVENT_LOOP_ENV = "CROW_EVENT_LOOP"
+LOOPS = ("uvloop", "asyncio")
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
     """``asyncio.run(main)``, on uvloop unless told otherwise or unavailable."""
-    if os.environ.get(EVENT_LOOP_ENV, "uvloop") != "asyncio":
+    chosen = os.environ.get(EVENT_LOOP_ENV, "uvloop")
+    if chosen not in LOOPS:
+        log.warning("%s=%r is neither uvloop nor asyncio: using uvloop", EVENT_LOOP_ENV, chosen)
+    if chosen != "asyncio":
         try:
             import uvloop
         except ImportError:
