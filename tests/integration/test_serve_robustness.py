@@ -249,6 +249,41 @@ def test_a_store_locked_mid_turn_ends_the_turn_with_error_and_stalls_nothing(
     assert agent.run_turn(sid, "again")[-1]["stopReason"] == "end_turn"
 
 
+def test_a_reply_the_store_refuses_is_neither_shown_whole_nor_in_the_history(
+    crow, crow_home, scripted_model
+):
+    """A reply's agent_message (and usage) and the model's message are saved in one
+    transaction: when it fails, the client is not shown a reply that the model's
+    history lacks (and a crash between them cannot make them disagree)."""
+    scripted_model.script(Text(text="first answer"), Text(text="second answer"))
+    agent = crow()
+    sid = agent.new_session()
+    agent.run_turn(sid, "first")
+    db = sqlite3.connect(crow_home / "crow.db")
+    db.execute(
+        "CREATE TRIGGER refuse_reply BEFORE INSERT ON transcript"
+        " WHEN NEW.body LIKE '%second answer%' BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+    )
+    db.commit()
+    seen = agent.run_turn(sid, "second")
+    assert "agent_message_chunk" in kinds(seen)  # the deltas went out as they came
+    assert "agent_message" not in kinds(seen) and "usage_update" not in kinds(seen)
+    assert seen[-1]["stopReason"] == "error" and "store" in seen[-1]["error"]["message"]
+    logged = [
+        json.loads(r[0])
+        for r in db.execute("SELECT body FROM updates WHERE session_id = ?", (sid,))
+    ]
+    history = [
+        json.loads(r[0])
+        for r in db.execute("SELECT body FROM transcript WHERE session_id = ?", (sid,))
+    ]
+    db.close()
+    shown = [u["content"][0]["text"] for u in logged if u["sessionUpdate"] == "agent_message"]
+    said = [m["content"] for m in history if m["role"] == "assistant"]
+    assert shown == said == ["first answer"]
+    assert [m["content"][0]["text"] for m in history if m["role"] == "user"] == ["first", "second"]
+
+
 def _stored_state(home, sid: str) -> str:
     db = sqlite3.connect(home / "crow.db")
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -164,16 +164,24 @@ class LiveSession:
         [seq] = await self.emit_together(update)
         return seq
 
-    async def emit_together(self, *updates: dict[str, Any]) -> list[int | None]:
+    async def emit_together(
+        self, *updates: dict[str, Any], transcript: Sequence[dict[str, Any]] = ()
+    ) -> list[int | None]:
         """``emit`` each of ``updates``, with no resume between them: a watcher that
         attaches meanwhile sees all of them or none (a turn's user_message and
-        ``running``: a resume between them would say "idle" with the prompt taken)."""
+        ``running``: a resume between them would say "idle" with the prompt taken).
+
+        ``transcript``: messages for the model's history, saved in the updates'
+        transaction (the user's prompt with its user_message, the model's reply
+        with its agent_message): after a crash, what the client was shown and what
+        the model will read agree."""
         seqs: list[int | None] = []
         backed_up: set[Watcher] = set()
         cancelled = False
         async with self.log_lock:
             pending = [self._pending(update) for update in updates]
-            logged = self.store.append_updates(pending)  # one transaction when it can
+            messages = [(self.id, message, "message") for message in transcript]
+            logged = self.store.append_updates(pending, messages)  # one transaction
             try:
                 for update, (_, body, state, stop_reason, _), written in zip(
                     updates, pending, logged, strict=True

@@ -197,10 +197,10 @@ class Turn:
         }
         if self.origin is not None:
             user["_meta"] = {FROM: self.origin}
-        if self.command is None:
-            message = {"role": "user", "content": self.content}
-            await self.store.append_message(session.id, message)
-        await session.emit_together(user, {"sessionUpdate": "state_update", "state": "running"})
+        running = {"sessionUpdate": "state_update", "state": "running"}
+        # A slash command is answered without the model: not in its history.
+        prompt = [{"role": "user", "content": self.content}] if self.command is None else []
+        await session.emit_together(user, running, transcript=prompt)
 
     async def finish(self, stop: str, error: str | None) -> None:
         self.stop_reason, self.error = stop, error
@@ -391,14 +391,16 @@ class Turn:
             )
         for index, call in reply.tool_calls.items():
             call["id"] = call["id"] or f"call_{reply.message_id}_{index}"
-        await self.record_reply(reply)
-        self.reply = None
-        await self.report_usage(reply)
+        self.reply = None  # recorded whole below, even if the turn is cancelled meanwhile
+        await self.record_reply(reply, usage=True)
         return reply
 
-    async def record_reply(self, reply: Reply) -> None:
-        """The whole-message snapshot (replay shows it whole) and the transcript."""
+    async def record_reply(self, reply: Reply, *, usage: bool = False) -> None:
+        """The whole-message snapshot (replay shows it whole), the token usage (with
+        ``usage``) and the transcript's message, in one transaction that finishes
+        even if the turn is cancelled meanwhile."""
         text = "".join(reply.text)
+        updates = []
         if text or not reply.tool_calls:
             update: dict[str, Any] = {
                 "sessionUpdate": "agent_message",
@@ -407,7 +409,9 @@ class Turn:
             }
             if reply.model:
                 update["_meta"] = {"crow/model": reply.model}
-            await self.session.emit(update)
+            updates.append(update)
+        if usage and reply.usage is not None and reply.model is not None:
+            updates.append(self.usage_update(reply.model, reply.usage))
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if reply.tool_calls:
             message["content"] = text or None
@@ -419,24 +423,22 @@ class Turn:
                 }
                 for _, c in sorted(reply.tool_calls.items())
             ]
-        await _shielded(self.store.append_message(self.session.id, message))
+        if updates:
+            await _shielded(self.session.emit_together(*updates, transcript=[message]))
+        else:  # only tool calls: nothing to show yet
+            await _shielded(self.store.append_message(self.session.id, message))
 
-    async def report_usage(self, reply: Reply) -> None:
-        if reply.usage is None or reply.model is None:
-            return
-        spec = self.agent.router.spec(reply.model)
-        await self.session.emit(
-            {
-                "sessionUpdate": "usage_update",
-                "used": reply.usage.prompt_tokens + reply.usage.completion_tokens,
-                "size": spec.context_window,
-                "_meta": {
-                    "crow/model": reply.model,
-                    "crow/promptTokens": reply.usage.prompt_tokens,
-                    "crow/completionTokens": reply.usage.completion_tokens,
-                },
-            }
-        )
+    def usage_update(self, model: str, usage: Usage) -> dict[str, Any]:
+        return {
+            "sessionUpdate": "usage_update",
+            "used": usage.prompt_tokens + usage.completion_tokens,
+            "size": self.agent.router.spec(model).context_window,
+            "_meta": {
+                "crow/model": model,
+                "crow/promptTokens": usage.prompt_tokens,
+                "crow/completionTokens": usage.completion_tokens,
+            },
+        }
 
     async def save_partial_reply(self) -> None:
         """After a cancel or failure mid-reply, what was shown stays in history."""

@@ -23,7 +23,8 @@ updates without waiting for the loop between them, and its watchers get the
 burst in one socket write.  (Batching a loop pass's appends in one commit cost
 more: each update waited a pass, and each went out in a write of its own.)  A
 caller that has several updates at once (the deltas of one network read of a
-model's reply) logs them with ``append_updates``: one transaction, all or none.
+model's reply; a reply's message with the transcript entry it shows) logs them
+with ``append_updates``: one transaction, all or none.
 
 Database failures surface as ``StoreUnavailable``, one error for the agent to
 handle.  A call that has started on the thread finishes even when its caller
@@ -42,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .db import (
+    PendingMessage,
     PendingUpdate,
     SessionRecord,
     Store,
@@ -54,7 +56,16 @@ from .db import (
 __all__ = ["AsyncStore", "retrieved", "settled"]
 
 T = TypeVar("T")
-_Batch = list[tuple[PendingUpdate, "asyncio.Future[int]"]]
+
+
+class _Batch:
+    """Appends queued for the store thread, to be written in one transaction."""
+
+    def __init__(self) -> None:
+        self.updates: list[PendingUpdate] = []
+        self.transcript: list[PendingMessage] = []
+        self.futures: list[asyncio.Future[int]] = []  # one per update
+
 
 #: Writes on the loop between two checkpoints of the WAL (run on the thread).
 CHECKPOINT_EVERY = 500
@@ -229,26 +240,31 @@ class AsyncStore:
             return done
         return self._queue_on_thread([(session_id, body, state, stop_reason, now)])[0]
 
-    def append_updates(self, batch: list[PendingUpdate]) -> list[asyncio.Future[int]]:
-        """Log several updates, all or none, in one transaction; a future of each seq."""
-        if len(batch) == 1:  # one statement, no transaction to open
+    def append_updates(
+        self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
+    ) -> list[asyncio.Future[int]]:
+        """Log several updates (at least one), and add ``transcript``'s entries,
+        all or none, in one transaction; a future of each update's seq."""
+        if len(batch) == 1 and not transcript:  # one statement, no transaction to open
             session_id, body, state, stop_reason, now = batch[0]
             return [
                 self.append_update(session_id, body, state=state, stop_reason=stop_reason, now=now)
             ]
         loop = asyncio.get_running_loop()
         try:
-            seqs = self._here("append_updates", batch, write=True)
+            seqs = self._here("append_updates", batch, transcript, write=True)
         except StoreUnavailable as exc:
             return [_failed(loop, exc) for _ in batch]
         if seqs is ON_THREAD:
-            return self._queue_on_thread(batch)
+            return self._queue_on_thread(batch, transcript)
         done = [loop.create_future() for _ in batch]
         for future, seq in zip(done, seqs, strict=True):
             future.set_result(seq)
         return done
 
-    def _queue_on_thread(self, updates: list[PendingUpdate]) -> list[asyncio.Future[int]]:
+    def _queue_on_thread(
+        self, updates: list[PendingUpdate], transcript: list[PendingMessage] | None = None
+    ) -> list[asyncio.Future[int]]:
         """Queue appends for the thread, in one batch (one transaction) with those
         queued just before them, unless another call came between."""
         loop = asyncio.get_running_loop()
@@ -259,8 +275,10 @@ class AsyncStore:
         with self._appends_lock:
             batch, new = self._open_batch, self._open_batch is None
             if batch is None:
-                batch = self._open_batch = []
-            batch += zip(updates, futures, strict=True)
+                batch = self._open_batch = _Batch()
+            batch.updates += updates
+            batch.transcript += transcript or ()
+            batch.futures += futures
         if new:  # the batch's write is queued; appends until the next call join it
             self._thread.submit(self._write_appends, batch, loop)
         return futures
@@ -271,12 +289,14 @@ class AsyncStore:
             if self._open_batch is batch:
                 self._open_batch = None  # taken: later appends start another
         try:
-            outcome: list[int] | BaseException = self.sync.append_updates([u for u, _ in batch])
+            outcome: list[int] | BaseException = self.sync.append_updates(
+                batch.updates, batch.transcript
+            )
         except database_errors() as exc:
             outcome = StoreUnavailable(f"the session store failed: {exc}")
         except Exception as exc:
             outcome = exc
-        loop.call_soon_threadsafe(self._resolve, [f for _, f in batch], outcome)
+        loop.call_soon_threadsafe(self._resolve, batch.futures, outcome)
 
     def _resolve(
         self, futures: list[asyncio.Future[int]], outcome: list[int] | BaseException

@@ -4,8 +4,9 @@ What it keeps, per session: the record (cwd, title, state, config, owner), the
 append-only log of every ``session/update`` exactly as it was sent (``seq`` is
 the replay cursor), and the model transcript (OpenAI chat messages, with
 compaction summaries).  The agent writes an update here *before* sending it,
-one committed transaction per update, so after a crash the log holds exactly
-what the client could have seen.
+committed (updates that go out together share a transaction, with the
+transcript message they show), so after a crash the log holds exactly what the
+client could have seen, and the transcript what the model said.
 
 Several ``crow serve`` processes may share one store (an editor per window):
 SQLite's locking serialises their writes, and a session's turn lease
@@ -44,6 +45,7 @@ from ..private import private_dir, private_file, tighten_file
 from .migrations import migrate, migrate_postgres
 
 __all__ = [
+    "PendingMessage",
     "PendingUpdate",
     "PostgresStore",
     "SessionRecord",
@@ -96,6 +98,8 @@ class SessionRecord:
 
 #: One update to log: (session id, body, state, stop reason, updated-at).
 PendingUpdate = tuple[str, bytes, str | None, str | None, str | None]
+#: One transcript entry to add with them: (session id, message, kind).
+PendingMessage = tuple[str, dict[str, Any], str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +116,8 @@ _APPEND = (
     "INSERT INTO updates (session_id, seq, body) VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1"
     " FROM updates WHERE session_id = ?), ?) RETURNING seq"
 )
+_APPEND_AT = "INSERT INTO updates (session_id, seq, body) VALUES (?, ?, ?)"
+_LAST_SEQ = "SELECT COALESCE(MAX(seq), 0) FROM updates WHERE session_id = ?"
 _SESSION_COLUMNS = (
     "id, cwd, additional_directories, title, created_at, updated_at, state, stop_reason, "
     "config, owner_pid, deleted, owner, lease_expires"
@@ -326,14 +332,21 @@ class Store:
         in the same transaction; ``idle`` also releases the turn lease.
         """
         if state is None and now is None:  # one statement: its own transaction
-            return self._append(session_id, body, None, None, None)
+            rows = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()
+            return int(rows[0][0])  # fetchall: the statement has completed
         return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
 
-    def append_updates(self, batch: list[PendingUpdate]) -> list[int]:
-        """Log several updates in one transaction (one commit); returns their seqs."""
+    def append_updates(
+        self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
+    ) -> list[int]:
+        """Log several updates, and add ``transcript``'s entries, in one transaction
+        (one commit, all or none); returns the updates' seqs.  An update and the
+        model's message it shows are then never saved one without the other."""
         self.db.execute(self.BEGIN)
         try:
-            seqs = [self._append(*update) for update in batch]
+            for session_id, message, kind in transcript or ():
+                self._append_message(session_id, message, kind)
+            seqs = self._append_rows(batch)
             self.db.execute("COMMIT")
         except BaseException:
             if self.db.in_transaction:
@@ -341,29 +354,49 @@ class Store:
             raise
         return seqs
 
-    def _append(
-        self,
-        session_id: str,
-        body: bytes,
-        state: str | None,
-        stop_reason: str | None,
-        now: str | None,
-    ) -> int:
-        rows = self.db.execute(_APPEND, (session_id, session_id, body.decode())).fetchall()
+    def _append_rows(self, batch: list[PendingUpdate]) -> list[int]:
+        """Insert ``batch`` (in a transaction) with one prepared statement: each
+        session's last seq is read once, not by a subquery per row (the
+        transaction holds the write lock: nobody appends meanwhile)."""
+        last: dict[str, int] = {}
+        rows, seqs = [], []
+        for session_id, body, *_ in batch:
+            if session_id not in last:
+                last[session_id] = self._last_seq_locked(session_id)
+            seq = last[session_id] = last[session_id] + 1
+            rows.append((session_id, seq, body.decode()))
+            seqs.append(seq)
+        self.db.executemany(_APPEND_AT, rows)
+        for (session_id, _, state, stop_reason, now), seq in zip(batch, seqs, strict=True):
+            self._record_state(session_id, state, stop_reason, now)
+            self._announce_update(session_id, seq)
+        return seqs
+
+    def _last_seq_locked(self, session_id: str) -> int:
+        """The session's last seq, inside a transaction that keeps it the last."""
+        return int(self.db.execute(_LAST_SEQ, (session_id,)).fetchone()[0])
+
+    def _announce_update(self, session_id: str, seq: int) -> None:
+        """Tell the other servers of a logged update (PostgreSQL's)."""
+
+    def _record_state(
+        self, session_id: str, state: str | None, stop_reason: str | None, now: str | None
+    ) -> None:
+        """What a logged update sets on its session, in one statement."""
         if state == "idle":
             self.db.execute(
-                "UPDATE sessions SET state = ?, stop_reason = ?, owner = NULL,"
-                " owner_pid = NULL, lease_expires = NULL WHERE id = ?",
-                (state, stop_reason, session_id),
+                "UPDATE sessions SET state = ?, stop_reason = ?, owner = NULL, owner_pid = NULL,"
+                " lease_expires = NULL, updated_at = COALESCE(?, updated_at) WHERE id = ?",
+                (state, stop_reason, now, session_id),
             )
         elif state is not None:
             self.db.execute(
-                "UPDATE sessions SET state = ?, stop_reason = ? WHERE id = ?",
-                (state, stop_reason, session_id),
+                "UPDATE sessions SET state = ?, stop_reason = ?, updated_at = COALESCE(?,"
+                " updated_at) WHERE id = ?",
+                (state, stop_reason, now, session_id),
             )
-        if now is not None:
+        elif now is not None:
             self.db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (now, session_id))
-        return int(rows[0][0])  # fetchall: the statement has completed
 
     def updates(self, session_id: str, *, after: int = 0) -> Iterator[tuple[int, bytes]]:
         """The logged updates with seq > ``after``, in order."""
@@ -387,10 +420,7 @@ class Store:
         ]
 
     def last_seq(self, session_id: str) -> int:
-        row = self.db.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM updates WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        return int(row[0])
+        return int(self.db.execute(_LAST_SEQ, (session_id,)).fetchone()[0])
 
     # ---- permission questions shared between servers ------------------------------
     def file_question(self, question_id: str, session_id: str, params: str) -> None:
@@ -429,6 +459,9 @@ class Store:
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
     ) -> int:
+        return self._append_message(session_id, message, kind)  # one statement
+
+    def _append_message(self, session_id: str, message: dict[str, Any], kind: str) -> int:
         rows = self.db.execute(
             "INSERT INTO transcript (session_id, seq, kind, body) VALUES (?, (SELECT COALESCE("
             "MAX(seq), 0) + 1 FROM transcript WHERE session_id = ?), ?, ?) RETURNING seq",
@@ -548,29 +581,29 @@ class PostgresStore(Store):
     ) -> int:
         return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
 
-    def _append(
-        self,
-        session_id: str,
-        body: bytes,
-        state: str | None,
-        stop_reason: str | None,
-        now: str | None,
-    ) -> int:
-        # Servers appending to one session wait for each other here: MAX(seq) + 1
-        # is then never computed twice.
-        self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
-        seq = super()._append(session_id, body, state, stop_reason, now)
+    # Servers appending to one session wait for each other on its row: MAX(seq) + 1
+    # is then never computed twice.
+    def _last_seq_locked(self, session_id: str) -> int:
+        self._lock_session(session_id)
+        return super()._last_seq_locked(session_id)
+
+    def _announce_update(self, session_id: str, seq: int) -> None:
         # Every server listening hears of it when this commits (crow.store.listen).
         self.db.execute("SELECT pg_notify(?, ?)", (UPDATES_CHANNEL, f"{session_id} {seq}"))
-        return seq
 
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
     ) -> int:
         conn = self.db.conn  # type: ignore[attr-defined]
         with conn.transaction():
-            self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
-            return super().append_message(session_id, message, kind=kind)
+            return self._append_message(session_id, message, kind)
+
+    def _append_message(self, session_id: str, message: dict[str, Any], kind: str) -> int:
+        self._lock_session(session_id)
+        return super()._append_message(session_id, message, kind)
+
+    def _lock_session(self, session_id: str) -> None:
+        self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
 
 
 class _PostgresConnection:
@@ -586,6 +619,10 @@ class _PostgresConnection:
 
     def execute(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
         return self.conn.execute(sql.replace("?", "%s"), params)
+
+    def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        with self.conn.cursor() as cursor:
+            cursor.executemany(sql.replace("?", "%s"), rows)
 
     @property
     def in_transaction(self) -> bool:

@@ -3,8 +3,8 @@
 Several ``crow serve`` processes share a PostgreSQL store; a client attached to a
 session on one server must see, live, the turn another server runs.  Every append
 announces ``"<session id> <seq>"`` on the ``crow_updates`` channel in its own
-transaction (``PostgresStore._append``), so the announcement arrives once the row
-is visible.  ``follow_updates`` listens on a connection of its own and hands each
+transaction (``PostgresStore._announce_update``), so the announcement arrives
+once the row is visible.  ``follow_updates`` listens on a connection of its own and hands each
 announcement to a callback; the agent then reads the log from what it last
 delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
 but time, and nothing is sent twice.  ``crow_cancels`` carries a session id whose

@@ -63,9 +63,9 @@ async def test_updates_emitted_together_are_logged_in_one_transaction(tmp_path, 
     batches: list[int] = []
     append_updates = Store.append_updates
 
-    def counted(self: Store, batch: list[Any]) -> list[int]:
+    def counted(self: Store, batch: list[Any], transcript: Any = None) -> list[int]:
         batches.append(len(batch))
-        return append_updates(self, batch)
+        return append_updates(self, batch, transcript)
 
     monkeypatch.setattr(Store, "append_updates", counted)
     store = AsyncStore(Store(tmp_path / "store.db"))

@@ -60,6 +60,50 @@ def test_updates_are_logged_in_order_with_the_state(store):
     assert store.last_seq("s") == 3
 
 
+def test_a_batch_gives_each_session_its_own_consecutive_seqs(store):
+    for sid in ("a", "b"):
+        store.create_session(session_id=sid, cwd="/p", now="t0")
+    store.append_update("a", b'{"n":0}')
+    batch = [
+        ("a", b'{"n":1}', None, None, None),
+        ("b", b'{"n":2}', "running", None, None),
+        ("a", b'{"n":3}', "running", None, None),
+        ("a", b'{"n":4}', "idle", "end_turn", "t1"),
+    ]
+    assert store.append_updates(batch) == [2, 1, 3, 4]
+    assert list(store.updates("a")) == [
+        (1, b'{"n":0}'),
+        (2, b'{"n":1}'),
+        (3, b'{"n":3}'),
+        (4, b'{"n":4}'),
+    ]
+    assert list(store.updates("b")) == [(1, b'{"n":2}')]
+    a, b = store.get_session("a"), store.get_session("b")
+    assert (a.state, a.stop_reason, a.updated_at) == ("idle", "end_turn", "t1")
+    assert (b.state, b.updated_at) == ("running", "t0")
+
+
+def test_updates_and_transcript_entries_are_saved_together_or_not_at_all(store):
+    store.create_session(session_id="s", cwd="/p", now="t0")
+    reply = {"role": "assistant", "content": "hi"}
+    seqs = store.append_updates(
+        [("s", b'{"m":1}', None, None, None), ("s", b'{"u":1}', None, None, None)],
+        [("s", reply, "message")],
+    )
+    assert seqs == [1, 2]
+    assert [e.message for e in store.transcript("s")] == [reply]
+    unwritable = {"role": "assistant", "content": {1, 2}}  # not JSON: the write fails
+    with pytest.raises(TypeError):
+        store.append_updates(
+            [("s", b'{"m":2}', "idle", "end_turn", "t1")],
+            [("s", reply, "message"), ("s", unwritable, "message")],
+        )
+    assert [e.message for e in store.transcript("s")] == [reply]  # the first one too
+    assert store.last_seq("s") == 2 and store.get_session("s").state == "idle"
+    assert store.get_session("s").updated_at == "t0"
+    assert store.append_updates([("s", b"{}", None, None, None)], [("s", reply, "message")]) == [3]
+
+
 def test_list_is_newest_first_with_cwd_filter_and_cursor(store):
     for i in range(7):
         store.create_session(session_id=f"s{i}", cwd="/a" if i % 2 else "/b", now=f"t{i}")
@@ -205,6 +249,33 @@ async def test_messages_and_leases_are_written_on_the_loop_or_wait_on_the_thread
     await store.release_turn("s", owner="me")
     assert (await store.get_session("s")).owner is None
     assert [e.message["content"] for e in await store.transcript("s")] == ["a"]
+    await store.aclose()
+
+
+async def test_updates_with_transcript_entries_wait_for_a_lock_on_the_thread(tmp_path):
+    """Another process holding the write lock: updates written with the model's
+    message go to the thread together, one transaction, in the order of the calls."""
+    import asyncio
+
+    from crow.store.aio import AsyncStore
+
+    store = AsyncStore(Store(tmp_path / "a.db"))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    other = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    reply = {"role": "assistant", "content": "hi"}
+    shown = store.append_updates(
+        [("s", b'{"m":1}', None, None, None), ("s", b'{"u":1}', None, None, None)],
+        [("s", reply, "message")],
+    )
+    idle = store.append_update("s", b"{}", state="idle", stop_reason="end_turn", now="t2")
+    await asyncio.sleep(0.2)
+    assert not any(f.done() for f in shown)  # waiting for the lock, on the thread
+    other.execute("COMMIT")
+    other.close()
+    assert [await f for f in shown] == [1, 2] and await idle == 3
+    assert [e.message for e in await store.transcript("s")] == [reply]
+    assert (await store.get_session("s")).state == "idle"
     await store.aclose()
 
 
