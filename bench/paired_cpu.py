@@ -1,6 +1,6 @@
 """Two versions of Crow side by side: CPU per prompt under the same load, at once.
 
-    python bench/paired_cpu.py BASE [OTHER] [--rounds 6] [--clients 50]
+    python bench/paired_cpu.py BASE [OTHER] [--rounds 8] [--clients 50]
                                [--prompts 60] [--transport ws] [--chunks 10]
 
 BASE and OTHER are git revisions (OTHER left out: the work tree as it is).
@@ -14,8 +14,9 @@ median ratio.
 Why at the same time: this machine's speed drifts by up to 2x within minutes,
 so runs one after another differ by more than most changes do (ten A/B pairs
 of one change gave ratios from 0.86 to 1.21).  Two servers loaded at once share
-whatever speed the machine has: with the same code on both sides, the ratio
-stays within 5% of 1.
+whatever speed the machine has: with the same code on both sides, each round's
+ratio stays within 5% of 1, and the median of 8 rounds within 1% (of 4 rounds,
+within 5%: take 8 or more to judge a change of a few per cent).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base")
     parser.add_argument("other", nargs="?", help="a revision; the work tree when left out")
-    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--clients", type=int, default=50, help="per server")
     parser.add_argument("--prompts", type=int, default=60, help="per client")
     parser.add_argument("--transport", choices=["ws", "http"], default="ws")
