@@ -154,6 +154,8 @@ async def serve_http(
 ) -> None:
     import uvicorn
 
+    from crow.acp.transports.ws_bursts import BurstWebSocketProtocol
+
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)
     if setup is not None:
@@ -191,7 +193,7 @@ async def serve_http(
             log_level="warning",
             log_config=None,  # uvicorn's records go through Crow's handlers (redacted)
             lifespan="on",
-            ws="websockets-sansio",
+            ws=BurstWebSocketProtocol,
             ws_max_size=app.limits.max_message_bytes,
             # ACP messages are small JSON, mostly on loopback: compressing each one
             # costs CPU per update and a zlib context (~300 KiB) per connection.
