@@ -7,7 +7,7 @@ message: a send system call and, on loopback, a wakeup of the reader each time,
 about 20 per prompt under load.  ``BurstWebSocketProtocol`` frames each message
 at once but writes the frames an app sent in one pass of the event loop
 together: about 8 writes per prompt, and 2% less of ``crow serve``'s CPU
-(``bench/paired_cpu.py``, 100 clients).
+(``bench/paired_cpu.py``).
 
 Nothing else changes.  Frames keep their order: the websockets connection
 queues them, and uvicorn's own writes (close, ping, pong) take what is queued
