@@ -362,7 +362,8 @@ class Store:
         rows, seqs = [], []
         for session_id, body, *_ in batch:
             if session_id not in last:
-                last[session_id] = self._last_seq_locked(session_id)
+                self._lock_session(session_id)
+                last[session_id] = self.last_seq(session_id)
             seq = last[session_id] = last[session_id] + 1
             rows.append((session_id, seq, body.decode()))
             seqs.append(seq)
@@ -372,9 +373,9 @@ class Store:
             self._announce_update(session_id, seq)
         return seqs
 
-    def _last_seq_locked(self, session_id: str) -> int:
-        """The session's last seq, inside a transaction that keeps it the last."""
-        return int(self.db.execute(_LAST_SEQ, (session_id,)).fetchone()[0])
+    def _lock_session(self, session_id: str) -> None:
+        """Keep other appenders to the session out until this transaction ends, so
+        that its last seq stays the last.  SQLite's write lock already does."""
 
     def _announce_update(self, session_id: str, seq: int) -> None:
         """Tell the other servers of a logged update (PostgreSQL's)."""
@@ -462,6 +463,7 @@ class Store:
         return self._append_message(session_id, message, kind)  # one statement
 
     def _append_message(self, session_id: str, message: dict[str, Any], kind: str) -> int:
+        self._lock_session(session_id)
         rows = self.db.execute(
             "INSERT INTO transcript (session_id, seq, kind, body) VALUES (?, (SELECT COALESCE("
             "MAX(seq), 0) + 1 FROM transcript WHERE session_id = ?), ?, ?) RETURNING seq",
@@ -581,12 +583,6 @@ class PostgresStore(Store):
     ) -> int:
         return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
 
-    # Servers appending to one session wait for each other on its row: MAX(seq) + 1
-    # is then never computed twice.
-    def _last_seq_locked(self, session_id: str) -> int:
-        self._lock_session(session_id)
-        return super()._last_seq_locked(session_id)
-
     def _announce_update(self, session_id: str, seq: int) -> None:
         # Every server listening hears of it when this commits (crow.store.listen).
         self.db.execute("SELECT pg_notify(?, ?)", (UPDATES_CHANNEL, f"{session_id} {seq}"))
@@ -598,11 +594,9 @@ class PostgresStore(Store):
         with conn.transaction():
             return self._append_message(session_id, message, kind)
 
-    def _append_message(self, session_id: str, message: dict[str, Any], kind: str) -> int:
-        self._lock_session(session_id)
-        return super()._append_message(session_id, message, kind)
-
     def _lock_session(self, session_id: str) -> None:
+        # Servers appending to one session wait for each other on its row: MAX(seq) + 1
+        # is then never computed twice.
         self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
 
 
