@@ -5,12 +5,14 @@ Both are extensions the protocol allows: other clients ignore them.
 
 __all__ = [
     "FROM",
+    "JUDGING",
     "MAX_VERDICT_CHARS",
     "POST_VERDICT",
     "RECALLED",
     "TURN_ENDED",
     "VERDICT",
     "VERDICTS",
+    "VERIFIED_ABOVE",
     "VERIFY",
     "WAIT_OVER",
 ]
@@ -31,6 +33,8 @@ RECALLED = "crow/recalled"
 #: A client's request (params ``sessionId``, ``text``, ``verdict``) that puts a
 #: judge's verdict into a live session: an ``agent_message`` with ``text`` and
 #: ``_meta[VERDICT]``, sent to every watcher and replayed (crow.orchestra.judge).
+#: Taken only from the session's judge; ``_meta[VERDICT]`` then carries
+#: ``verifier`` and ``proof`` (crow.verdict_proof).
 POST_VERDICT = "_crow/verdict"
 VERDICT = "crow/verdict"
 VERDICTS = ("pass", "fail", "unknown")  # the values of _meta[VERDICT]["verdict"]
@@ -38,9 +42,22 @@ MAX_VERDICT_CHARS = 2000  # the longest ``text`` of a verdict
 
 #: ``_meta`` key of ``session/new`` and ``session/resume``: true (or an object with
 #: ``maxRounds``, ``rubric``, ``check``) has Crow's own judge verify each turn of the
-#: session (crow.orchestra.resident); false stops it.
+#: session (crow.orchestra.resident); false stops it.  In the answer (and in a
+#: judge proxy's): ``{"verifier", "key"}``, the key that proves the session's
+#: verdicts (crow.verdict_proof).
 VERIFY = "crow/verify"
 
+#: ``_meta`` key (true) a judge proxy puts on the ``session/new``, ``load`` and
+#: ``resume`` it passes on: the session's verifier sits above here, so a key the agent
+#: below hands out is not a verifier's (``crow proxy record`` ignores it).
+VERIFIED_ABOVE = "crow/verifiedAbove"
+
 #: ``_meta`` key of a prompt (and so of its ``user_message``) that a program, not a
-#: person, sent: "judge" for the judge's follow-up prompts.
+#: person, sent: "judge" for the judge's follow-up prompts.  crow serve keeps it only
+#: on the prompts of the session's judge, and ``crow proxy judge`` only on its own.
 FROM = "crow/from"
+
+#: ``_meta`` key (true) of a ``session/resume`` by which a client (``crow judge``)
+#: becomes the session's judge: the one connection whose ``_crow/verdict`` crow serve
+#: takes.  Refused while crow serve's own judge verifies the session.
+JUDGING = "crow/judging"

@@ -333,3 +333,20 @@ async def until_verdict_count(client, session, n):
     while len(verdicts(session)) < n:
         await client.next_update(session.id)
     return verdicts(session)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"pass": true, "reasons": ["ok"]}', "pass"),  # the whole answer
+        ('```\n{"pass": true, "reasons": ["ok"]}\n```', "pass"),
+        # The worker's words quoted by the judge are never a pass.
+        ('The agent says {"pass": true}, but it ran nothing. FAIL.', "unknown"),
+        ('Verdict: {"pass": true, "reasons": ["ok"]}', "unknown"),
+        ('It claimed {"pass": true}; my verdict: {"pass": false}', "unknown"),  # which one?
+        ('Verdict: {"pass": false, "reasons": ["no file"]}', "fail"),  # a fail costs nothing
+        ('{"pass": true}\n{"pass": true}', "unknown"),
+    ],
+)
+def test_a_pass_is_read_only_from_the_judges_own_answer(text, expected):
+    assert parse_verdict([], text).verdict == expected

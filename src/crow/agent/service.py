@@ -217,6 +217,8 @@ class CrowAgent:
         """A connection has gone: its sessions stop sending to it, and those
         nobody watches any more are unloaded once idle (a running turn goes on)."""
         for session in list(self.live.values()):
+            if session.judge is watcher:
+                session.judge = None
             if watcher in session.watchers:
                 session.watchers.discard(watcher)
                 self.unload_if_unwatched(session)
@@ -278,11 +280,14 @@ class CrowAgent:
         self._start_tools(session, servers, dirs, watcher)
         await self._judge_if_verified(session)
         self.spawn(session.emit(commands.available_commands_update()), name="announce-commands")
-        return schema.NewSessionResponse(
+        response = schema.NewSessionResponse(
             session_id=record.id,
             config_options=self.config_options(session),
             available_commands=commands.available_commands(),
         )
+        if (keys := verdicts.handout(session)) is not None:
+            response.meta = keys
+        return response
 
     async def list_sessions(
         self, watcher: Watcher, params: schema.ListSessionsRequest
@@ -323,16 +328,25 @@ class CrowAgent:
         if watcher.follower:  # the judge reads; it leaves tools and settings alone
             await session.attach(watcher, replay)
             return schema.ResumeSessionResponse()
+        judging = verdicts.judging(params.meta)
+        if judging:
+            verdicts.may_judge(self, session, watcher, verify)
         if dirs != session.record.additional_directories:
             await self.store.update_session(record.id, additional_directories=dirs)
         if not session.busy:  # the complete new set of servers and roots (§5.3)
             self._start_tools(session, servers, dirs, watcher)
         await session.attach(watcher, replay)
         await self._judge_if_verified(session, verify)
-        return schema.ResumeSessionResponse(
+        if judging:
+            session.judge = watcher
+            await verdicts.ensure_key(self, session, verdicts.EXTERNAL)
+        response = schema.ResumeSessionResponse(
             config_options=self.config_options(session),
             available_commands=commands.available_commands(),
         )
+        if (keys := verdicts.handout(session)) is not None:
+            response.meta = keys
+        return response
 
     async def close_session(self, watcher: Watcher, params: schema.CloseSessionRequest) -> None:
         """Detach the caller; the last watcher to leave also ends the turn and
@@ -340,6 +354,8 @@ class CrowAgent:
         session = self.live.get(params.session_id)
         if session is None:
             return  # unknown or already closed: success (§5.4)
+        if session.judge is watcher:
+            session.judge = None
         if _clients(session.watchers - {watcher}):
             session.watchers.discard(watcher)
             return  # others still watch: their turn goes on
@@ -389,6 +405,8 @@ class CrowAgent:
         meta = params.meta if isinstance(params.meta, dict) else {}
         origin = meta.get(FROM) if isinstance(meta.get(FROM), str) else None
         session = self.live_session(params.session_id)
+        if origin is not None and not verdicts.is_judge(self, session, watcher):
+            origin = None  # only the judge's own prompts are shown as the judge's
         turn = await self.start_turn(session, params.prompt, origin=origin)
         return schema.PromptResponse(message_id=turn.message_id)
 
@@ -428,7 +446,7 @@ class CrowAgent:
 
     async def post_verdict(self, watcher: Watcher, params: Any) -> dict[str, Any]:
         """``_crow/verdict``: a judge's verdict on the session's last turn, for everyone."""
-        return await verdicts.post_verdict(self, params.model_extra or {})
+        return await verdicts.post_verdict(self, watcher, params.model_extra or {})
 
     async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)
@@ -562,15 +580,16 @@ class CrowAgent:
         config = session.record.config
         if setting is not None:
             config = {**config, "verify": setting}
-        verified = "judgeOf" not in config and (
-            bool(config.get("verify", {}).get("on")) or self.config.judge.every_session
-        )
+        verified = verdicts.resident_verifies(config, self.config.judge.every_session)
         if verified and "judgedSeq" not in config:
             last = await self.store.submit(self.store.sync.last_seq, session.id)
             config = {**config, "judgedSeq": last}
         if config is not session.record.config:
             session.record = replace(session.record, config=config)
             await self.store.update_session(session.id, config=config)
+        if verified:
+            session.judge = None  # crow serve's own judge takes over from a client's
+            await verdicts.ensure_key(self, session, verdicts.RESIDENT)
         if self.judge is None:
             return
         if verified:

@@ -1,4 +1,5 @@
-"""Verdicts in sessions: what ``_crow/verdict`` writes, and a session's verify setting.
+"""Verdicts in sessions: who may post one, what ``_crow/verdict`` writes, and a
+session's verify setting.
 
 A judge (crow.orchestra.judge, in this process or another) posts its verdict on a
 worker's turn.  The agent puts it into the worker session as an ``agent_message``
@@ -8,9 +9,15 @@ judge's own session, one per worker session: an ordinary Crow session, listed,
 resumable, and promptable ("why did you fail it?"); the verdict links to it with
 ``judgeSessionId``.
 
+Only the session's judge may post: crow serve's own (the follower connection) while
+it verifies the session, else the one client that registered as the judge by
+resuming with ``_meta["crow/judging"]`` (``crow judge``).  Every verdict is signed
+with the session's key (crow.verdict_proof), which the answers to ``session/new``
+and ``session/resume`` hand to clients and nothing else ever shows.
+
 The worker's stored config keeps ``judgedSeq``, the log seq of the last verdict: a
 judge that comes back (after a restart) replays from there and judges a turn that
-ended while it was away.
+ended while it was away; and ``verifyKey``/``verifier``, the key and who signs.
 """
 
 from __future__ import annotations
@@ -19,28 +26,116 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from crow.acp import InvalidParams
-from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+from crow.verdict_proof import KeyHandout, new_key, sign
 
 from .session import LiveSession, new_id, now
 
 if TYPE_CHECKING:
     from .service import CrowAgent
+    from .watchers import Watcher
 
-__all__ = ["post_verdict", "verify_setting"]
+__all__ = [
+    "EXTERNAL",
+    "RESIDENT",
+    "ensure_key",
+    "handout",
+    "is_judge",
+    "judging",
+    "may_judge",
+    "post_verdict",
+    "resident_verifies",
+    "verify_setting",
+]
 
 #: The longest judge prompt or answer kept in the judge's session.
 MAX_REASONING_CHARS = 200_000
+#: Who signs a session's verdicts: crow serve's own judge, or a registered ``crow judge``.
+RESIDENT, EXTERNAL = "crow serve", "crow judge"
 
 
-async def post_verdict(agent: CrowAgent, params: dict[str, Any]) -> dict[str, Any]:
-    """``_crow/verdict``: put a judge's verdict into a live session, for everyone."""
+def resident_verifies(config: dict[str, Any], every_session: bool) -> bool:
+    """Whether crow serve's own judge verifies a session with this stored ``config``
+    (a judge's own session never is)."""
+    if "judgeOf" in config:
+        return False
+    return bool((config.get("verify") or {}).get("on")) or every_session
+
+
+def is_judge(agent: CrowAgent, session: LiveSession, watcher: Watcher) -> bool:
+    """Whether ``watcher`` is the session's judge."""
+    resident = resident_verifies(session.record.config, agent.config.judge.every_session)
+    return resident if watcher.follower else (session.judge is watcher and not resident)
+
+
+def may_judge(
+    agent: CrowAgent, session: LiveSession, watcher: Watcher, setting: dict[str, Any] | None
+) -> None:
+    """Raise unless ``watcher`` (a client resuming with ``_meta["crow/judging"]`` and
+    verify ``setting``) may become the session's judge: one judge per session, and
+    crow serve's own first.  Checked before the resume changes anything."""
+    config = session.record.config if setting is None else {"verify": setting}
+    if resident_verifies(config, agent.config.judge.every_session):
+        raise InvalidParams(
+            "crow serve's own judge verifies this session: resume it with "
+            f'_meta["{VERIFY}"] = false first to judge it yourself',
+            data={"sessionId": session.id, "reason": "judged"},
+        )
+    if session.judge is not None and session.judge is not watcher:
+        raise InvalidParams(
+            "another client judges this session: only one judge posts verdicts",
+            data={"sessionId": session.id, "reason": "judged"},
+        )
+
+
+def judging(meta: Any) -> bool:
+    """A resume's ``_meta["crow/judging"]``."""
+    return isinstance(meta, dict) and meta.get(JUDGING) is True
+
+
+async def ensure_key(agent: CrowAgent, session: LiveSession, verifier: str) -> str:
+    """The session's verdict key (made on first need) and who signs with it now."""
+    config = session.record.config
+    key = config.get("verifyKey")
+    if isinstance(key, str) and config.get("verifier") == verifier:
+        return key
+    fields: dict[str, Any] = {"verifier": verifier}
+    if not isinstance(key, str):
+        key = fields["verifyKey"] = new_key()
+    await _remember(agent, session, **fields)
+    return key
+
+
+def handout(session: LiveSession) -> dict[str, Any] | None:
+    """The ``_meta`` of a ``session/new`` or ``session/resume`` answer: the key that
+    proves the session's verdicts, once it has one."""
+    config = session.record.config
+    key, verifier = config.get("verifyKey"), config.get("verifier")
+    if not isinstance(key, str) or not isinstance(verifier, str):
+        return None
+    return KeyHandout(verifier, key).to_meta()
+
+
+async def post_verdict(
+    agent: CrowAgent, watcher: Watcher, params: dict[str, Any]
+) -> dict[str, Any]:
+    """``_crow/verdict``: put a judge's verdict into a live session, for everyone,
+    signed; refused (and nothing posted) unless ``watcher`` is the session's judge."""
     worker = agent.live_session(str(params.get("sessionId")))
+    if not is_judge(agent, worker, watcher):
+        raise InvalidParams(
+            "only the session's judge may post a verdict (crow serve's own while it "
+            f'verifies the session, else a client that resumed it with _meta["{JUDGING}"])',
+            data={"sessionId": worker.id, "reason": "notJudge"},
+        )
     text, verdict = params.get("text"), params.get("verdict")
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_VERDICT_CHARS:
         raise InvalidParams(f"text must be a line of 1 to {MAX_VERDICT_CHARS} characters")
     if not isinstance(verdict, dict) or verdict.get("verdict") not in VERDICTS:
         raise InvalidParams(f"verdict.verdict must be one of {', '.join(VERDICTS)}")
     reasoning = _reasoning(params.get("reasoning"))
+    verifier = RESIDENT if watcher.follower else EXTERNAL
+    key = await ensure_key(agent, worker, verifier)
     answer: dict[str, Any] = {}
     if reasoning is not None:
         judge = await _record_reasoning(agent, worker, *reasoning, verdict.get("judgeModel"))
@@ -52,7 +147,7 @@ async def post_verdict(agent: CrowAgent, params: dict[str, Any]) -> dict[str, An
             "sessionUpdate": "agent_message",
             "messageId": message_id,
             "content": [{"type": "text", "text": text}],
-            "_meta": {VERDICT: verdict},
+            "_meta": {VERDICT: sign(key, worker.id, {**verdict, "verifier": verifier}, text)},
         }
     )
     if seq is not None:

@@ -32,9 +32,9 @@ from crow.extensions import TURN_ENDED
 from .args import no_such_session, serve_options, usage_problem
 from .asking import CANCELLED, _selected, pick
 from .connect import AgentUnavailable, connect
-from .render import TextRenderer, activity, is_note, status
+from .render import TextRenderer, activity, status
 from .screen import ReplyStream, Screen, isatty
-from .verifying import NO_JUDGE, VerdictWaiter, can_verify, verify_meta
+from .verifying import NO_JUDGE, NO_KEY, Verdicts, VerdictWaiter, can_verify, verify_meta
 
 __all__ = ["main"]
 
@@ -85,11 +85,15 @@ async def _chat(args: argparse.Namespace) -> int:
             session = await client.resume_session(
                 args.session, os.path.abspath(cwd), replay=True, meta=meta
             )
+            chat.verdicts = Verdicts.of_session(session)
             chat.replay(session)
         else:
             session = await client.new_session(os.path.abspath(args.cwd or os.getcwd()), meta=meta)
-        screen.line(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
         chat.attach(client, session)
+        if meta and chat.verdicts.handout is None:
+            print(f"crow: {NO_KEY}", file=sys.stderr)
+            return EXIT_USAGE
+        screen.line(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
         return await chat.run()
 
 
@@ -183,6 +187,7 @@ class Chat:
     def __init__(self, screen: Screen) -> None:
         self.screen = screen
         self.verify = False  # --verify: each turn waits for the judge's final verdict
+        self.verdicts = Verdicts("", None)  # which messages are proven verdicts
         self.completer = CommandCompleter()
         self.input: Input | None = None
         self.output: Output | None = None
@@ -199,6 +204,7 @@ class Chat:
     # ---- setup -----------------------------------------------------------------
     def attach(self, client: ClientSide, session: Session) -> None:
         self.client, self.session = client, session
+        self.verdicts = Verdicts.of_session(session)
         self.completer.session = session
         client.on_update(self.on_update)
 
@@ -233,7 +239,7 @@ class Chat:
                     status=entry.status,
                     raw_output=entry.fields.get("raw_output", schema.UNSET),
                 )
-                note = activity(projection, update)
+                note = activity(projection, update, self.verdicts)
                 if note:
                     self.screen.line(note)
             for line in ends.get(shown, []):
@@ -244,12 +250,13 @@ class Chat:
         if message.role == "user":
             self.screen.line(PROMPT + message.text.replace("\n", "\n" + CONTINUATION))
         elif message.role == "thought":
-            note = activity(projection, schema.AgentThought(message_id=message.message_id))
+            thought = schema.AgentThought(message_id=message.message_id)
+            note = activity(projection, thought, self.verdicts)
             if note:
                 self.screen.line(note)
-        elif is_note(message.meta):
+        elif self.verdicts.is_note(message):
             update = schema.AgentMessage(message_id=message.message_id, meta=message.meta)
-            note = activity(projection, update)
+            note = activity(projection, update, self.verdicts)
             if note:
                 self.screen.line(note)
         elif message.text:
@@ -312,12 +319,14 @@ class Chat:
         """Send one prompt and show its turn; True when the person chose to leave."""
         assert self.session is not None
         session = self.session
-        self.renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(self.screen)))
+        self.renderer = TextRenderer(
+            session.projection, cast(TextIO, ReplyStream(self.screen)), self.verdicts
+        )
         self.presses, self.leave = 0, asyncio.Event()
         spinning = asyncio.create_task(self.screen.spin())
         try:
             with self.screen.spinner(), self._keys():
-                judged = VerdictWaiter(session)
+                judged = VerdictWaiter(session, self.verdicts)
                 try:
                     turn = await session.prompt(text)
                 except AcpError as exc:
@@ -363,7 +372,7 @@ class Chat:
             return  # between turns nothing is written over the prompt
         renderer.update(update)
         self.screen.say(status(session.projection, update) or self.screen.status)
-        note = activity(session.projection, update)
+        note = activity(session.projection, update, self.verdicts)
         if note:
             if not renderer.ends_with_newline:
                 renderer.finish()

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from crow.acp import SessionProjection, schema
-from crow.extensions import FROM, RECALLED, VERDICT, WAIT_OVER
+from crow.extensions import FROM, RECALLED, WAIT_OVER
 
-__all__ = ["WAITING", "TextRenderer", "activity", "is_note", "status", "verdict_of"]
+from .verifying import Verdicts
+
+__all__ = ["WAITING", "TextRenderer", "activity", "status"]
 
 WAITING = "waiting for the model"
 
@@ -29,24 +31,14 @@ STATUS_MARKS = {
 }
 
 
-def is_note(meta: Any) -> bool:
-    """A message from Crow itself (``_meta["crow/notice"]``) or a judge's verdict
-    (``_meta["crow/verdict"]``), not the model's words."""
-    return isinstance(meta, dict) and ("crow/notice" in meta or VERDICT in meta)
-
-
-def verdict_of(meta: Any) -> dict[str, Any] | None:
-    """A verdict message's ``_meta["crow/verdict"]``, or None."""
-    verdict = meta.get(VERDICT) if isinstance(meta, dict) else None
-    return verdict if isinstance(verdict, dict) else None
-
-
 class TextRenderer:
-    """Writes agent text to ``out`` as it arrives, each message once."""
+    """Writes agent text to ``out`` as it arrives, each message once (not Crow's
+    notes or proven verdicts: ``activity`` shows those)."""
 
-    def __init__(self, projection: SessionProjection, out: TextIO) -> None:
+    def __init__(self, projection: SessionProjection, out: TextIO, verdicts: Verdicts) -> None:
         self.projection = projection
         self.out = out
+        self.verdicts = verdicts
         self.written: dict[str, int] = {}  # message id -> characters written
         self.last_id: str | None = None
         self.ends_with_newline = True
@@ -56,7 +48,7 @@ class TextRenderer:
         if kind not in ("agent_message_chunk", "agent_message"):
             return
         message = self.projection.messages.get(update.message_id)
-        if message is None or is_note(message.meta):
+        if message is None or self.verdicts.is_note(message):
             return
         text = message.text
         done = self.written.get(message.message_id, 0)
@@ -78,8 +70,8 @@ class TextRenderer:
             self.ends_with_newline = True
 
 
-def activity(projection: SessionProjection, update: Any) -> str | None:
-    """A short line about tools, thoughts and notes, or None."""
+def activity(projection: SessionProjection, update: Any, verdicts: Verdicts) -> str | None:
+    """A short line about tools, thoughts, notes and verdicts, or None."""
     kind = getattr(update, "session_update", None)
     if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
         call = projection.tool_calls.get(update.tool_call_id)
@@ -95,11 +87,12 @@ def activity(projection: SessionProjection, update: Any) -> str | None:
         message = projection.messages.get(update.message_id)
         if message and message.text.strip():
             return f"… {_one_line(message.text)}"
-    if kind == "agent_message" and is_note(update.meta):
+    if kind == "agent_message":
         message = projection.messages.get(update.message_id)
-        if message and verdict_of(update.meta) is not None:
+        if verdicts.of(message) is not None:
+            assert message is not None
             return message.text  # "✓ verified: ..." / "✗ judge: ..."
-        if message:
+        if message and verdicts.is_note(message):
             return f"crow: {message.text}"
     if kind == "user_message" and isinstance(update.meta, dict) and update.meta.get(FROM):
         return f"→ {update.meta[FROM]} asked the agent to go on"

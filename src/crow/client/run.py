@@ -23,7 +23,15 @@ from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, status
 from .screen import ERASE, ReplyStream, Screen
-from .verifying import NO_JUDGE, VerdictWaiter, can_verify, verify_meta
+from .verifying import (
+    NO_JUDGE,
+    NO_KEY,
+    Verdicts,
+    VerdictWaiter,
+    can_verify,
+    unknown_line,
+    verify_meta,
+)
 
 __all__ = ["EXIT", "main"]
 
@@ -101,8 +109,14 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
                 session = await client.resume_session(args.session, cwd, replay=False, meta=meta)
             else:
                 session = await client.new_session(cwd, meta=meta)
-        renderer, notes = _attach_output(client, session, screen, json_lines=args.json)
-        judged = VerdictWaiter(session)
+        verdicts = Verdicts.of_session(session)
+        if meta and verdicts.handout is None:
+            print(f"crow: {NO_KEY}", file=sys.stderr)
+            return EXIT_USAGE
+        renderer, notes = _attach_output(
+            client, session, screen, verdicts=verdicts, json_lines=args.json
+        )
+        judged = VerdictWaiter(session, verdicts)
         turn = await session.prompt(prompt)
         screen.say("working")
         if await _wait(session, _until_done(session, turn, asker), screen):
@@ -143,15 +157,17 @@ def _verified(verdict: dict[str, Any] | None) -> int:
         return EXIT["cancelled"]
     if verdict.get("verdict") == "pass":
         return 0
+    if verdict.get("verdict") == "unknown":
+        print(f"crow: {unknown_line(verdict)}", file=sys.stderr)
     return EXIT_NOT_VERIFIED
 
 
 def _attach_output(
-    client: ClientSide, session: Session, screen: Screen, *, json_lines: bool
+    client: ClientSide, session: Session, screen: Screen, *, verdicts: Verdicts, json_lines: bool
 ) -> tuple[TextRenderer, list[str]]:
     """Render the session's updates; returns the renderer and the lines written to
     stderr about them (notes included)."""
-    renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(screen)))
+    renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(screen)), verdicts)
     shown: list[str] = []
 
     def on_update(session_id: str, update: Any) -> None:
@@ -162,7 +178,7 @@ def _attach_output(
         else:
             renderer.update(update)
         screen.say(status(session.projection, update) or screen.status)
-        note = activity(session.projection, update)
+        note = activity(session.projection, update, verdicts)
         if note:
             screen.line(note)
             shown.append(note)

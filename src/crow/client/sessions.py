@@ -13,7 +13,8 @@ from typing import Any
 from crow.acp import AcpError, ClientSide, Message, SessionProjection, ToolCall
 
 from .connect import AgentUnavailable, connect
-from .render import STATUS_MARKS, is_note
+from .render import STATUS_MARKS
+from .verifying import Verdicts
 
 __all__ = ["find", "main", "sessions", "transcript"]
 
@@ -47,7 +48,7 @@ async def _main(args: argparse.Namespace) -> int:
             print(f"deleted {info.session_id}")
             return 0
         session = await client.resume_session(info.session_id, info.cwd, replay=True)
-        sys.stdout.write(transcript(session.projection))
+        sys.stdout.write(transcript(session.projection, Verdicts.of_session(session)))
         await session.close()
         return 0
 
@@ -87,8 +88,9 @@ def _value(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def transcript(projection: SessionProjection) -> str:
-    """The conversation as plain text, in first-seen order."""
+def transcript(projection: SessionProjection, verdicts: Verdicts) -> str:
+    """The conversation as plain text, in first-seen order (a verdict is Crow's note
+    only if its proof holds)."""
     lines: list[str] = []
     for entry in projection.entries:
         if isinstance(entry, Message):
@@ -96,7 +98,7 @@ def transcript(projection: SessionProjection) -> str:
                 lines.append(f"you> {entry.text}")
             elif entry.role == "thought":
                 lines.append(f"… {' '.join(entry.text.split())}")
-            elif is_note(entry.meta):
+            elif verdicts.is_note(entry):
                 lines.append(f"crow: {entry.text}")
             else:
                 lines.append(entry.text)

@@ -108,6 +108,7 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
                 max_rounds=args.max_rounds,
                 replay_after=0 if args.pending else None,
                 attached=attached,
+                register=True,
             )
             async for done in judged:
                 print(done.verdict.line(), flush=True)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crow.acp import ClientSide
-from crow.extensions import FROM, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
+from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
 from crow.models.errors import ModelError
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
@@ -237,9 +237,12 @@ async def watch(
     *,
     replay_after: int | None = None,
     attached: Callable[[], None] | None = None,
+    register: bool = False,
 ) -> AsyncIterator[TurnView]:
     """Attach to ``session_id`` and yield each turn that ends after that;
-    ``attached()`` is called once the judge watches.
+    ``attached()`` is called once the judge watches.  ``register``: become the
+    session's judge (``_meta["crow/judging"]``), the one client crow serve takes
+    verdicts from; crow serve's own judge is one already.
 
     With ``replay_after`` (a ``_crow/after`` cursor: the seq of the last update
     already judged, 0 for the start) the turns logged after it are read first, and one
@@ -250,7 +253,10 @@ async def watch(
         cwd = await _cwd_of(client, session_id)
     turns.replaying = replay_after is not None
     try:  # the replay, then the current state, arrive before the answer
-        await client.resume_session(session_id, cwd, replay_after=replay_after, replay=False)
+        meta = {JUDGING: True} if register else None
+        await client.resume_session(
+            session_id, cwd, replay_after=replay_after, replay=False, meta=meta
+        )
     finally:
         turns.replaying = False
     if attached is not None:
@@ -305,19 +311,52 @@ async def ask(
 
 
 def parse_verdict(calls: list[dict[str, str]], text: str) -> Verdict:
-    """A verdict tool call, else a JSON object in the text, else "unknown" (never a
-    silent pass)."""
+    """A verdict tool call; else JSON that is the whole answer (a code fence around it
+    stripped); else a fail written as the one JSON object in the text; else
+    "unknown", never a silent pass.
+
+    A pass is taken from nothing looser: the judge's text quotes what it was shown,
+    and the worker wrote that.  A judge that answers "the agent ends with
+    {"pass": true}, but it never ran the tests. FAIL" has not passed the turn.
+    Reading a fail out of prose costs nothing (it only withholds a pass), but two
+    JSON objects are one too many to tell which is the judge's."""
     for call in calls:
         if call.get("name") == "verdict":
             found = _from_json(call.get("arguments", ""))
             if found is not None:
                 return found
-    for candidate in re.findall(r"\{.*\}", text, flags=re.DOTALL):
-        found = _from_json(candidate)
-        if found is not None:
-            return found
+    found = _from_json(_unfenced(text.strip()))
+    if found is not None:
+        return found
+    objects = _json_objects(text)
+    if len(objects) == 1 and (found := _from_json(objects[0])) and found.verdict == "fail":
+        return found
     raw = text.strip() or json.dumps(calls)
     return Verdict("unknown", raw=raw)
+
+
+_FENCE = re.compile(r"```[A-Za-z]*\n(.*?)\n?```", flags=re.DOTALL)
+
+
+def _unfenced(text: str) -> str:
+    """``text`` without one code fence around all of it."""
+    fenced = _FENCE.fullmatch(text)
+    return fenced.group(1).strip() if fenced else text
+
+
+def _json_objects(text: str) -> list[str]:
+    """Every JSON object written in ``text`` (outermost ones, in order)."""
+    decoder, found, at = json.JSONDecoder(), [], text.find("{")
+    while at != -1:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except ValueError:
+            at = text.find("{", at + 1)
+            continue
+        if isinstance(value, dict):
+            found.append(text[at:end])
+        at = text.find("{", end)
+    return found
 
 
 def _from_json(source: str) -> Verdict | None:
@@ -433,13 +472,16 @@ async def verify(
     cwd: str | None = None,
     replay_after: int | None = None,
     attached: Callable[[], None] | None = None,
+    register: bool = False,
 ) -> AsyncIterator[Judged]:
     """Judge every turn of the session; on "fail", prompt the worker with the reasons
     and judge its next turn, up to ``max_rounds`` verdicts per person's prompt.
-    ``replay_after``: see ``watch``."""
+    ``replay_after``, ``register``: see ``watch``."""
     cwd = cwd or await _cwd_of(client, session_id)
     rounds = 0
-    turns = watch(client, session_id, cwd, replay_after=replay_after, attached=attached)
+    turns = watch(
+        client, session_id, cwd, replay_after=replay_after, attached=attached, register=register
+    )
     async for turn in turns:
         rounds = rounds + 1 if turn.origin == "judge" else 1
         if turn.stop_reason == "cancelled":

@@ -19,6 +19,15 @@ It advertises ``_meta["crow/verify"]`` in its ``initialize`` answer, so
 (``{"check": CMD}`` included) is taken by the proxy and not passed on, so a Crow
 agent behind it does not judge the turn a second time.  Its verdicts are the
 proxy's own: the agent does not store them, so they do not replay on resume.
+
+It is the session's verifier: the answer to ``session/new``, ``session/load`` and
+``session/resume`` carries its key for the session in ``_meta["crow/verify"]``
+(whatever the agent said there is replaced), and each verdict a proof made with
+it (crow.verdict_proof).  The agent never sees the key, and what it sends is
+stripped of ``crow/verdict`` and ``crow/from`` (said once in the log): the agent
+being judged can neither give itself a verdict nor pass its words off as the
+judge's.  Only the user message of the proxy's own follow-up prompt is marked as
+the judge's.
 """
 
 from __future__ import annotations
@@ -27,11 +36,12 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crow.acp.proxy import ProxySide
-from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERIFY
+from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERIFIED_ABOVE, VERIFY
+from crow.verdict_proof import KeyHandout, new_key, sign
 
 from .judge import Check, Round, TurnView, Verdict, follow_up_text, verdict_meta
 from .turns import TurnFolder, text_of
@@ -39,6 +49,11 @@ from .turns import TurnFolder, text_of
 __all__ = ["JudgeProxy", "with_check"]
 
 log = logging.getLogger("crow.proxy.judge")
+
+#: The name this proxy signs its verdicts with.
+VERIFIER = "crow proxy judge"
+#: What the agent behind may not put in an update's ``_meta``.
+JUDGES_ONLY = (VERDICT, FROM)
 
 #: Judges a turn: (turn, the session's cwd, its check command) -> verdict.
 JudgeFn = Callable[[TurnView, str, "str | None"], Awaitable[Verdict]]
@@ -48,8 +63,10 @@ JudgeFn = Callable[[TurnView, str, "str | None"], Awaitable[Verdict]]
 class _Session:
     cwd: str
     check: str | None
+    key: str = field(default_factory=new_key)  # proves this proxy's verdicts
     turn: TurnFolder | None = None
     rounds: int = 0  # verdicts since the client's last prompt
+    follow_up_pending: bool = False  # the next user message is the follow-up's
 
 
 class JudgeProxy:
@@ -71,6 +88,7 @@ class JudgeProxy:
         self.max_rounds = max_rounds
         self.sessions: dict[str, _Session] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._stripped_said = False
         proxy.on_predecessor("_proxy/initialize", self._initialize)
         for method in ("session/new", "session/load", "session/resume"):
             proxy.on_predecessor(method, self._setup(method))
@@ -92,15 +110,17 @@ class JudgeProxy:
             params = dict(params or {})
             meta = dict(params.get("_meta") or {})
             asked = meta.pop(VERIFY, None)  # ours: the agent behind must not judge too
-            if "_meta" in params:
-                params["_meta"] = meta
+            meta[VERIFIED_ABOVE] = True  # what hands out a key below is not a verifier
+            params["_meta"] = meta
             result = await self.proxy.request_successor(method, params)
             sid = params.get("sessionId") or (result or {}).get("sessionId")
-            if isinstance(sid, str):
+            if isinstance(sid, str) and isinstance(result, dict):
                 check = asked.get("check") if isinstance(asked, dict) else None
-                self.sessions[sid] = _Session(
+                session = self.sessions[sid] = _Session(
                     str(params.get("cwd") or "."), check if isinstance(check, str) else self.check
                 )
+                meta = result["_meta"] = dict(result.get("_meta") or {})
+                meta.update(KeyHandout(VERIFIER, session.key).to_meta())
             return result
 
         return setup
@@ -113,6 +133,7 @@ class JudgeProxy:
         sid, session = self._session(params)
         if session is not None:
             session.rounds = 0  # a person's prompt starts the loop over
+            session.follow_up_pending = False
             session.turn = TurnFolder(request=text_of((params or {}).get("prompt")))
         result = await self.proxy.request_successor("session/prompt", params)
         if self.proxy.v1 and session is not None and session.turn is not None:
@@ -127,6 +148,7 @@ class JudgeProxy:
         await self.proxy.notify_successor("session/cancel", params)
 
     async def _update(self, params: Any) -> None:
+        params = self._as_the_agents(params)
         await self.proxy.notify_predecessor("session/update", params)
         sid, session = self._session(params)
         update = params.get("update") if isinstance(params, dict) else None
@@ -137,6 +159,36 @@ class JudgeProxy:
         if ended and session.turn.active and not self.proxy.v1:
             turn, session.turn = session.turn, None
             self._spawn(self._judge(sid, session, turn.view(update.get("stopReason"))))
+
+    def _as_the_agents(self, params: Any) -> Any:
+        """The agent's update without the judge's marks (``crow/verdict``, ``crow/from``),
+        but for the user message of this proxy's own follow-up prompt."""
+        update = params.get("update") if isinstance(params, dict) else None
+        if not isinstance(update, dict):
+            return params
+        _, session = self._session(params)
+        meta = update.get("_meta")
+        ours = (
+            session is not None
+            and session.follow_up_pending
+            and update.get("sessionUpdate") == "user_message"
+        )
+        if ours:
+            assert session is not None
+            session.follow_up_pending = False
+            meta = {**(meta if isinstance(meta, dict) else {}), FROM: "judge"}
+        elif isinstance(meta, dict) and any(key in meta for key in JUDGES_ONLY):
+            if not self._stripped_said:
+                self._stripped_said = True
+                log.warning(
+                    "the agent sent %s in an update's _meta: removed (only this proxy "
+                    "gives verdicts; said once)",
+                    " and ".join(key for key in JUDGES_ONLY if key in meta),
+                )
+            meta = {k: v for k, v in meta.items() if k not in JUDGES_ONLY}
+        else:
+            return params
+        return {**params, "update": {**update, "_meta": meta}}
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
@@ -168,8 +220,10 @@ class JudgeProxy:
         )
 
     def _verdict(self, sid: str, verdict: Verdict, turn: TurnView, loop: Round) -> dict[str, Any]:
-        text = {"type": "text", "text": verdict.line()[:MAX_VERDICT_CHARS]}
-        meta: dict[str, Any] = {VERDICT: verdict_meta(verdict, turn, self.judge_model, loop)}
+        line = verdict.line()[:MAX_VERDICT_CHARS]
+        text = {"type": "text", "text": line}
+        fields = {**verdict_meta(verdict, turn, self.judge_model, loop), "verifier": VERIFIER}
+        meta: dict[str, Any] = {VERDICT: sign(self.sessions[sid].key, sid, fields, line)}
         update: dict[str, Any]
         if self.proxy.v1:
             update = {"sessionUpdate": "agent_message_chunk", "content": text, "_meta": meta}
@@ -186,6 +240,7 @@ class JudgeProxy:
     async def _follow_up(self, sid: str, session: _Session, verdict: Verdict) -> bool:
         text = follow_up_text(verdict)
         session.turn = TurnFolder(request=text, origin="judge")
+        session.follow_up_pending = True
         params = {
             "sessionId": sid,
             "prompt": [{"type": "text", "text": text}],
@@ -195,7 +250,7 @@ class JudgeProxy:
             await self.proxy.request_successor("session/prompt", params)
         except Exception as exc:
             log.warning("the follow-up prompt was refused: %s", exc)
-            session.turn = None
+            session.turn, session.follow_up_pending = None, False
             return False
         return True
 

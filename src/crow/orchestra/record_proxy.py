@@ -21,6 +21,16 @@ out.
 A session the store already keeps as an agent's own (a Crow behind the proxy on the
 same store) is left alone: it would be logged twice.
 
+A verdict (``_meta["crow/verdict"]``) is logged as one only with a proof made with
+the key the chain's verifier handed out for the session (crow.verdict_proof): the
+key in the answer to a ``session/new``, ``load`` or ``resume``, when the request
+asked for verifying (``_meta["crow/verify"]``) or what lies behind advertised a
+verifier in its ``initialize`` answer, and no judge proxy above marked the request
+``crow/verifiedAbove`` (then what lies behind is the agent being judged).  The key
+is kept with the session, so crow serve hands it to the clients that replay it.
+Anything else is logged as the ordinary message it is: an agent behind a judge
+cannot store a verdict it gave itself.
+
 A turn in progress holds the session's turn lease, as crow serve's own turns do:
 another Crow process cannot prompt it meanwhile, and if this proxy is killed the
 next Crow process closes the turn, as crash recovery does.
@@ -40,9 +50,11 @@ from typing import Any
 import orjson
 
 from crow.acp.proxy import ProxySide
+from crow.extensions import VERDICT, VERIFIED_ABOVE, VERIFY
 from crow.store.aio import AsyncStore
 from crow.store.db import StoreError
 from crow.store.lease import RENEW_EVERY_S, expiry, this_process
+from crow.verdict_proof import KeyHandout, key_handout, proven_verdict
 
 from .turns import TurnFolder, text_of
 
@@ -69,6 +81,7 @@ class _Recording:
     reply_id: str = ""  # v1: the message id given to this turn's chunks
     thought_id: str = ""
     titled: bool = False
+    verifier: KeyHandout | None = None  # the key that proves this session's verdicts
 
 
 class RecordProxy:
@@ -81,6 +94,7 @@ class RecordProxy:
         self.owner = this_process()
         self.sessions: dict[str, _Recording] = {}
         self.replaying: set[str] = set()  # sessions whose resume or load is replaying
+        self.verifier_behind = False  # what lies behind said it verifies (initialize)
         self._lease_keeper: asyncio.Task[None] | None = None
         proxy.on_predecessor("_proxy/initialize", self._initialize)
         proxy.on_predecessor("session/new", self._setup("session/new"))
@@ -93,6 +107,9 @@ class RecordProxy:
         result = await self.proxy.request_successor("initialize", params)
         info = (result or {}).get("agentInfo" if self.proxy.v1 else "info") or {}
         self.agent_name = str(info.get("name") or self.agent_name or "an ACP agent")
+        key = "agentCapabilities" if self.proxy.v1 else "capabilities"
+        meta = ((result or {}).get(key) or {}).get("_meta")
+        self.verifier_behind = isinstance(meta, dict) and meta.get(VERIFY) is True
         return result
 
     def _setup(self, method: str) -> Callable[[Any], Awaitable[Any]]:
@@ -109,6 +126,7 @@ class RecordProxy:
             sid = replays or (result or {}).get("sessionId")
             if isinstance(sid, str):
                 await self._open(sid, str((params or {}).get("cwd") or "."))
+                self._learn_key(sid, params, result)
             return result
 
         return setup
@@ -134,6 +152,21 @@ class RecordProxy:
             log.warning("not recording %s: the agent keeps it in this store itself", sid)
             return
         self.sessions.setdefault(sid, _Recording(titled=record.title is not None))
+
+    def _learn_key(self, sid: str, params: Any, result: Any) -> None:
+        """Keep the verifier's key for the session (see the module's docstring for
+        when what lies behind is taken for a verifier)."""
+        recording = self.sessions.get(sid)
+        meta = (params or {}).get("_meta")
+        meta = meta if isinstance(meta, dict) else {}
+        asked = meta.get(VERIFY) not in (None, False) or self.verifier_behind
+        trusted = asked and not meta.get(VERIFIED_ABOVE)
+        handout = key_handout((result or {}).get("_meta")) if trusted else None
+        if recording is None or handout is None:
+            return
+        recording.verifier = handout
+        fields = {"verifyKey": handout.key, "verifier": handout.verifier}
+        _quietly(self.store.submit(_set_config, self.store.sync, sid, fields))
 
     async def _prompt(self, params: Any) -> Any:
         sid = (params or {}).get("sessionId")
@@ -183,6 +216,7 @@ class RecordProxy:
         if recording is None or not isinstance(update, dict) or sid in self.replaying:
             return None
         assert isinstance(sid, str)
+        update = _unless_unproven(sid, recording, update)
         if recording.turn is not None:
             recording.turn.apply(update)
         if self.proxy.v1:
@@ -262,6 +296,25 @@ class RecordProxy:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lease_keeper
         await self.store.aclose()
+
+
+def _unless_unproven(sid: str, recording: _Recording, update: dict[str, Any]) -> dict[str, Any]:
+    """``update``; a verdict without a valid proof, as the ordinary message it is."""
+    meta = update.get("_meta")
+    if not isinstance(meta, dict) or VERDICT not in meta:
+        return update
+    key = recording.verifier.key if recording.verifier is not None else None
+    if proven_verdict(key, sid, meta, text_of(update.get("content"))) is not None:
+        return update
+    log.warning("session %s: a verdict without a valid proof, recorded as a message", sid)
+    return {**update, "_meta": {k: v for k, v in meta.items() if k != VERDICT}}
+
+
+def _set_config(store: Any, sid: str, fields: dict[str, Any]) -> None:
+    """Merge ``fields`` into the stored session's config (on the store's thread)."""
+    record = store.get_session(sid)
+    if record is not None:
+        store.update_session(sid, config={**record.config, **fields})
 
 
 def _quietly(pending: asyncio.Future[Any]) -> None:
