@@ -5,7 +5,8 @@ Tools, with Crow's ``crow/kind`` metadata:
 - ``touch(path, text)`` (edit): "writes" a file and describes it with ``crow/diff``;
 - ``shell(command)`` (execute): streams three progress lines, exit code 3;
 - ``slow(seconds)`` (read): sleeps; on cancellation writes ``cancelled`` to the marker dir;
-- ``crash()`` (other): kills this server process.
+- ``crash()`` (other): kills this server process;
+- ``big(kib)`` (read): returns that many KiB of numbered lines.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def build(marker: Path | None) -> MCPServer:
     def echo(text: str) -> str:
         """Return the text unchanged."""
         return text
+
+    @server.tool(meta={"crow/kind": "read"})
+    def big(kib: int) -> str:
+        """Return ``kib`` KiB of numbered lines (each 64 bytes)."""
+        return "".join(f"line {n:06d} " + "." * 51 + "\n" for n in range(kib * 16))
 
     @server.tool(meta={"crow/kind": "edit"})
     def touch(path: str, text: str = "new") -> CallToolResult:

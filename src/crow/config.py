@@ -87,6 +87,10 @@ class Paths:
     def memory(self) -> Path:
         return self.home / "memory"  # the LanceDB memory store (crow.memory)
 
+    def tool_output(self, session_id: str) -> Path:
+        """Where a session's cut tool results are kept whole (crow.tools.caps)."""
+        return self.home / "tool-output" / session_id
+
     @property
     def agents(self) -> Path:
         """``~/.agents``: the user's AGENTS.md (skills and notes live there too)."""
@@ -161,6 +165,7 @@ class ToolSettings:
     builtin: tuple[str, ...] = BUILTIN_SERVERS  # built-in MCP servers of every session
     servers: tuple[McpServerSpec, ...] = ()  # from [mcp.servers.*]
     timeout_s: float = 120.0  # one built-in tool call
+    max_result_kib: int = 256  # a larger tool result reaches the model cut, the whole saved
     search_url: str | None = None  # a SearXNG-compatible JSON endpoint
     fetch_allow_hosts: tuple[str, ...] = ()  # non-public hosts fetch may reach (web.allow_hosts)
     permissions: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_PERMISSIONS))
@@ -212,6 +217,10 @@ class MemorySettings:
     merge_threshold: float = 0.9  # a new memory this similar to one in its scope replaces it
     remember: str = "allow"  # the permission of memory__remember: allow, ask or deny
     forget: str = "allow"  # ... and of memory__forget
+    #: What the model's memory tools read: "own" (global, this project, this session)
+    #: or "all" (every scope; writes beyond its own still ask the person).
+    model_reads: str = "own"
+    max_text_kib: int = 16  # the longest memory remember, /remember and import keep
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,6 +356,9 @@ def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:
             )
     share = table.get("recall_threshold", d.recall_threshold)
     merge = table.get("merge_threshold", d.merge_threshold)
+    model_reads = table.get("model_reads", d.model_reads)
+    if model_reads not in ("own", "all"):
+        raise ConfigError(source, "memory.model_reads", '"own" or "all"', model_reads)
     return MemorySettings(
         embedder=embedder,
         url=url,
@@ -365,6 +377,10 @@ def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:
         merge_threshold=_fraction(source, "memory.merge_threshold", merge, zero=False),
         remember=decisions["remember"],
         forget=decisions["forget"],
+        model_reads=model_reads,
+        max_text_kib=_positive_int(
+            source, "memory.max_text_kib", table.get("max_text_kib", d.max_text_kib)
+        ),
     )
 
 
@@ -670,6 +686,9 @@ def _tool_settings(
         builtin=tuple(builtin),
         servers=servers,
         timeout_s=_positive_float(source, "tools.timeout_s", tools.get("timeout_s", 120.0)),
+        max_result_kib=_positive_int(
+            source, "tools.max_result_kib", tools.get("max_result_kib", 256)
+        ),
         search_url=_opt_str(source, "web.search_url", search_url),
         fetch_allow_hosts=_allow_hosts(source, web.get("allow_hosts", [])),
         permissions=permissions,

@@ -46,6 +46,8 @@ max_output_tokens = 4096
 [tools]
 builtin = ["fs", "terminal", "web", "memory"]   # built-in MCP servers of every session
 timeout_s = 120                       # one tool call
+max_result_kib = 256                  # a larger result reaches the model cut, with a note;
+                                      # the whole is kept in $CROW_HOME/tool-output/SESSION/
 
 [web]
 # search_url = "http://localhost:8888/search"   # a SearXNG-compatible JSON endpoint
@@ -96,6 +98,9 @@ recall_budget_tokens = 600   # and at most this many tokens of them
 merge_threshold = 0.9   # a new memory this similar to one in its scope replaces it
 remember = "allow"    # memory__remember / memory__forget: allow, ask or deny (Crow's own
 forget = "allow"      # store, so they need not ask like file edits)
+model_reads = "own"   # the model's memory tools read global + this project + this session;
+                      # "all": every scope (a write beyond its own always asks you)
+max_text_kib = 16     # the longest memory kept (remember, /remember, crow memory import)
 
 [judge]               # the verifier of sessions a client asks to verify (crow run --verify)
 # model = "default"   # the judge's model (default: the first of the chain)

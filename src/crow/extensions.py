@@ -4,11 +4,13 @@ Both are extensions the protocol allows: other clients ignore them.
 """
 
 __all__ = [
+    "APPROVED",
     "FROM",
     "JUDGING",
     "MAX_VERDICT_CHARS",
     "POST_VERDICT",
     "RECALLED",
+    "SCOPE_ARGUMENT",
     "TURN_ENDED",
     "VERDICT",
     "VERDICTS",
@@ -61,3 +63,12 @@ FROM = "crow/from"
 #: becomes the session's judge: the one connection whose ``_crow/verdict`` crow serve
 #: takes.  Refused while crow serve's own judge verifies the session.
 JUDGING = "crow/judging"
+
+#: ``_meta`` key of a tool (Crow's memory ``remember``): the argument naming the
+#: memory scope the call writes to.  Crow asks the person before a call that names
+#: one beyond the session's own scopes, and then sends it with ``APPROVED``.
+SCOPE_ARGUMENT = "crow/scopeArgument"
+
+#: ``_meta`` key (true) of an MCP tool call the person agreed to (crow.agent.toolrun):
+#: a write beyond the session's memory scopes.  Only Crow's tool runner sets it.
+APPROVED = "crow/approved"

@@ -421,3 +421,44 @@ def test_ask_client_servers_asks_before_starting_one(crow, scripted_model, optio
     agent.run_turn(sid, "hello")
     offered = [t["function"]["name"] for t in scripted_model.requests[0].get("tools", [])]
     assert ("mine__echo" in offered) == (option == "allow_once")
+
+
+def test_a_result_over_the_cap_reaches_the_model_cut_and_is_kept_whole(
+    crow, scripted_model, crow_home, tmp_path
+):
+    """1 MiB from a tool, 64 KiB allowed: the model, the client and the log get the
+    beginning and a note; the whole is in a private file the session's fs tools read."""
+    scripted_model.script(ToolCalls(calls=[("probe__big", {"kib": 1024})]), Text(text="it is long"))
+    agent = crow(
+        extra=probe_config(builtin='["fs"]', extra="").replace(
+            "[tools]\n", "[tools]\nmax_result_kib = 64\n", 1
+        )
+    )
+    sid = agent.new_session(str(tmp_path))
+    seen = agent.run_turn(sid, "get the big output")
+    assert seen[-1]["stopReason"] == "end_turn"
+    told = scripted_model.requests[1]["messages"][-1]["content"]
+    assert told.startswith("line 000000 ") and len(told.encode()) < 65 * 1024
+    assert "[Crow cut this result: 1.0 MiB is over the 64 KiB limit" in told
+    saved = crow_home / "tool-output" / sid
+    [kept] = list(saved.iterdir())
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert kept.read_text().count("\n") == 1024 * 16
+    assert str(kept) in told
+    shown = [
+        u["content"]["content"]["text"]
+        for u in tool_updates(seen)
+        if u["sessionUpdate"] == "tool_call_content_chunk"
+    ]
+    assert shown == [told]
+    answer, replayed = agent.resume(sid, str(tmp_path), replayFrom={"type": "start"})
+    assert "result" in answer, answer
+    logged = str(replayed)
+    assert "line 000000" in logged and "line 001100" not in logged
+    # The session's own fs tools read the kept file.
+    scripted_model.script(
+        ToolCalls(calls=[("fs__read", {"path": str(kept), "offset": 16000, "limit": 2})]),
+        Text(text="read it"),
+    )
+    agent.run_turn(sid, "read the end of it")
+    assert "line 015999" in scripted_model.requests[-1]["messages"][-1]["content"]

@@ -120,7 +120,10 @@ def builtin_servers(
         from crow.servers.fs import build_server
         from crow.servers.roots import Roots
 
-        return build_server(Roots(cwd=Path(cwd), extra=tuple(Path(d) for d in extra)))
+        # The session's cut tool results are kept whole there (crow.tools.caps): its
+        # own folder only, so no session reads another's.
+        kept = (config.paths.tool_output(session_id),) if session_id else ()
+        return build_server(Roots(cwd=Path(cwd), extra=(*(Path(d) for d in extra), *kept)))
 
     def terminal() -> Any:
         from crow.servers.terminal import build_server
@@ -135,13 +138,16 @@ def builtin_servers(
         )
 
     def memory() -> Any:
-        from crow.memory.scopes import MemoryPlace
+        from crow.memory.scopes import OWN, READ_ALL, MemoryPlace
         from crow.memory.shared import shared_store
         from crow.servers.memory import build_server
 
         folder = config.paths.memory
+        reach = READ_ALL if config.memory.model_reads == "all" else OWN
         return build_server(
-            lambda: shared_store(folder, config.memory), MemoryPlace(cwd, session_id)
+            lambda: shared_store(folder, config.memory),
+            MemoryPlace(cwd, session_id, reach),
+            approvals=True,  # Crow's runner asks the person before a write beyond it
         )
 
     factories = {"fs": fs, "terminal": terminal, "web": web, "memory": memory}

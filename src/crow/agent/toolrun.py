@@ -3,17 +3,24 @@
 The calls of one reply run concurrently (a TaskGroup).  Each one shows up in the
 client as a tool call (``crow.tools.surface``); when policy says "ask", the
 session goes ``requires_action`` until the answer, and ``running`` again after
-the last open question.  Whatever happens, each call yields one result text for
-the model: its output, an error, a refusal, or "cancelled".
+the last open question.  A memory write beyond the session's own scopes always
+asks, whatever the policy, and goes to the server marked as the person's yes.
+Whatever happens, each call yields one result text for the model: its output
+(cut past ``[tools] max_result_kib``, crow.tools.caps), an error, a refusal, or
+"cancelled".
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
+from crow.extensions import APPROVED
+from crow.memory.scopes import MemoryPlace
+from crow.tools.caps import cap_result
 from crow.tools.hub import ToolHub, ToolInfo, ToolServerError
 from crow.tools.permissions import OPTIONS
 from crow.tools.surface import ToolCallView
@@ -26,14 +33,20 @@ if TYPE_CHECKING:
 __all__ = ["ToolRunner"]
 
 CANCELLED = "The tool call was cancelled by the user."
+#: The answers to a question that no "always" answer may settle.
+ONCE = ("allow_once", "reject_once")
 REJECTED = "The user rejected this tool call. Do not retry it; ask what to do instead."
 
 
 class ToolRunner:
-    def __init__(self, session: LiveSession, hub: ToolHub) -> None:
+    def __init__(
+        self, session: LiveSession, hub: ToolHub, *, max_result_bytes: int, kept_in: Path | None
+    ) -> None:
         self.session = session
         self.hub = hub
         self.open_questions = 0
+        self.max_result_bytes = max_result_bytes
+        self.kept_in = kept_in  # where a cut result is kept whole
 
     async def run_all(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run every call; returns the tool messages for the transcript, in order.
@@ -75,16 +88,24 @@ class ToolRunner:
         view = ToolCallView(self.session.emit, tool, args, cwd=self.session.record.cwd)
         await view.created()
         try:
-            if not await self.allowed(view, tool, args):
+            beyond = self.beyond(tool, args)
+            allowed = await (
+                self.approved(view, tool, args, beyond)
+                if beyond
+                else self.allowed(view, tool, args)
+            )
+            if not allowed:
                 return REJECTED
             await view.started()
-            result = await self.hub.call(tool, args, on_progress=view.output)
+            meta = {APPROVED: True} if beyond else None
+            result = await self.hub.call(tool, args, on_progress=view.output, meta=meta)
         except asyncio.CancelledError:
             await view.cancelled()
             raise
         except ToolServerError as exc:
             await view.failed(str(exc))
             return f"Error: {exc}"
+        result = cap_result(result, self.max_result_bytes, self.kept_in, view.id)
         await view.finished(result)
         return f"Error: {result.text}" if result.is_error else result.text
 
@@ -105,10 +126,42 @@ class ToolRunner:
             await view.failed("The user rejected this tool call.")
         return answer.allowed
 
-    async def ask(self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]) -> Any:
-        """Ask every client watching now or attaching later; the first answer wins."""
+    def beyond(self, tool: ToolInfo, args: dict[str, Any]) -> str | None:
+        """The memory scope beyond the session's own that this call writes to, if any."""
+        if tool.scope_argument is None or tool.scope_argument not in args:
+            return None
+        place = MemoryPlace(self.session.record.cwd, self.session.id)
+        return place.outside(args[tool.scope_argument])
+
+    async def approved(
+        self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any], scope: str
+    ) -> bool:
+        """Ask the person about a write to ``scope``, beyond the session's own: every
+        time (no policy or "always" answer covers another project's memories)."""
+        why = f"{tool.server} wants to write to {scope}, beyond this session's memory scopes."
+        outcome = await self.ask(view, tool, args, description=why, once=True)
+        option = getattr(outcome, "option_id", None) if _selected(outcome) else None
+        if option != "allow_once":
+            await view.failed("The user rejected this tool call.")
+            return False
+        return True
+
+    async def ask(
+        self,
+        view: ToolCallView,
+        tool: ToolInfo,
+        args: dict[str, Any],
+        *,
+        description: str | None = None,
+        once: bool = False,
+    ) -> Any:
+        """Ask every client watching now or attaching later; the first answer wins.
+        ``once``: offer only "allow once" and "reject"."""
         session = self.session
-        question = Question(_request(session.id, view, tool, args))
+        request = _request(session.id, view, tool, args, once=once)
+        if description is not None:
+            request.description = description
+        question = Question(request)
         self.open_questions += 1
         if self.open_questions == 1:
             await session.emit({"sessionUpdate": "state_update", "state": "requires_action"})
@@ -130,7 +183,7 @@ def _selected(outcome: Any) -> bool:
 
 
 def _request(
-    session_id: str, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]
+    session_id: str, view: ToolCallView, tool: ToolInfo, args: dict[str, Any], *, once: bool
 ) -> schema.RequestPermissionRequest:
     subject: Any = schema.ToolCallPermissionSubject(
         tool_call=schema.ToolCallUpdate(tool_call_id=view.id, title=view.title, kind=tool.kind)
@@ -148,5 +201,6 @@ def _request(
         options=[
             schema.PermissionOption(option_id=option_id, name=label, kind=kind)
             for option_id, (kind, label) in OPTIONS.items()
+            if not once or option_id in ONCE
         ],
     )

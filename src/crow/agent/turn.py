@@ -266,7 +266,13 @@ class Turn:
         return "max_turn_requests"
 
     async def run_tools(self, hub: ToolHub, reply: Reply) -> None:
-        runner = ToolRunner(self.session, hub)
+        config = self.agent.config
+        runner = ToolRunner(
+            self.session,
+            hub,
+            max_result_bytes=config.tools.max_result_kib * 1024,
+            kept_in=config.paths.tool_output(self.session.id),
+        )
         calls = [reply.tool_calls[i] for i in sorted(reply.tool_calls)]
         try:
             await runner.run_all(calls)

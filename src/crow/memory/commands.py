@@ -181,6 +181,11 @@ def _import(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
                 print(f"crow memory: {where}: {exc}", file=sys.stderr)
                 failed += 1
                 continue
+            except Exception as exc:  # the store refused it: the rest may still land
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                print(f"crow memory: {where}: not stored: {first}", file=sys.stderr)
+                failed += 1
+                continue
             merged += done.merged_into is not None
             added += done.merged_into is None
     print(f"imported {added} memories, merged {merged}, failed {failed}", file=sys.stderr)

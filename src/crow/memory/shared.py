@@ -25,6 +25,9 @@ def shared_store(folder: Path, settings: MemorySettings) -> MemoryStore:
         store = _stores.get(key)
         if store is None:
             store = _stores[key] = MemoryStore(
-                folder, make_embedder(settings), merge_threshold=settings.merge_threshold
+                folder,
+                make_embedder(settings),
+                merge_threshold=settings.merge_threshold,
+                max_text_bytes=settings.max_text_kib * 1024,
             )
         return store

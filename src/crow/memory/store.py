@@ -12,14 +12,18 @@ A store opened with another embedder searches by text only and says so, until
 compared.  When no embedder answers, memory still works on full text.
 
 Several processes may share one store: LanceDB commits are atomic and the
-connection re-reads the latest version on every read, so writes are not lost
-and reads see what others committed.  Everything here blocks: async callers
-run it in a thread.
+connection re-reads the latest version on every read, so reads see what others
+committed.  A commit that raced another process's is refused ("commit
+conflict"): a write is then done again from its read, a few times, after a
+random pause, and a write that still cannot land is a ``MemoryError`` naming
+the cause, never a lost record.  Everything here blocks: async callers run it
+in a thread.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import re
 import secrets
 import threading
@@ -28,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -40,6 +44,7 @@ from .scopes import MemoryError, valid_scope
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 
 log = logging.getLogger("crow.memory")
+T = TypeVar("T")
 
 EMBEDDER_KEY = b"crow.embedder"
 #: Reciprocal rank fusion: a memory scores weight / (RRF_K + rank) in each list.
@@ -53,6 +58,12 @@ TEXT_WEIGHT = 0.3
 RECENCY_BOOST = 0.1
 RECENCY_HALF_LIFE_DAYS = 30.0
 _ID = re.compile(r"mem_[0-9a-f]{16}")
+#: A write that raced another process's commit is done again, up to this many times,
+#: after a random pause of up to 25 ms doubled each time (a second, all told).
+CONFLICT_ATTEMPTS = 6
+CONFLICT_PAUSE_S = 0.025
+#: The longest memory kept, unless the store is told otherwise ([memory] max_text_kib).
+MAX_TEXT_BYTES = 16 * 1024
 _COLUMNS = ["id", "text", "scope", "tags", "session", "message", "created", "updated", "recalled"]
 
 
@@ -116,11 +127,17 @@ class MemoryStore:
     """The memories under ``folder``, embedded by ``embedder`` (None: text only)."""
 
     def __init__(
-        self, folder: Path, embedder: Embedder | None, *, merge_threshold: float = 0.9
+        self,
+        folder: Path,
+        embedder: Embedder | None,
+        *,
+        merge_threshold: float = 0.9,
+        max_text_bytes: int = MAX_TEXT_BYTES,
     ) -> None:
         self.folder = folder
         self.embedder = embedder
         self.merge_threshold = merge_threshold
+        self.max_text_bytes = max_text_bytes
         self._db: Any | None = None
         self._lock = threading.Lock()  # one read-modify-write at a time in this process
         self._down_until = 0.0  # an embedder that failed is not asked again at once
@@ -254,8 +271,28 @@ class MemoryStore:
         text = text.strip()
         if not text:
             raise MemoryError("there is nothing to remember: the text is empty")
+        size = len(text.encode("utf-8", "replace"))
+        if size > self.max_text_bytes:
+            raise MemoryError(
+                f"the memory is {_kib(size)}, over the {_kib(self.max_text_bytes)} limit "
+                "([memory] max_text_kib): keep one fact, in a sentence or two"
+            )
         valid_scope(scope)
         tags = _tags(tags)
+        return _retrying(
+            lambda: self._remember(text, scope, tags, session, message, created, memory_id)
+        )
+
+    def _remember(
+        self,
+        text: str,
+        scope: str,
+        tags: list[str],
+        session: str,
+        message: str,
+        created: float | None,
+        memory_id: str | None,
+    ) -> Remembered:
         with self._lock:
             table = self._open()
             vector = None
@@ -302,12 +339,16 @@ class MemoryStore:
         """Delete one memory; returns it (None if there was none)."""
         if not _ID.fullmatch(memory_id):
             raise MemoryError(f"{memory_id!r} is not a memory id (they look like mem_0123…)")
-        with self._lock:
-            table = self._open()
-            found = self.get(memory_id, table)
-            if found is not None and table is not None:
-                table.delete(f"id = {_quote(memory_id)}")
-            return found
+
+        def forget() -> Memory | None:
+            with self._lock:
+                table = self._open()
+                found = self.get(memory_id, table)
+                if found is not None and table is not None:
+                    table.delete(f"id = {_quote(memory_id)}")
+                return found
+
+        return _retrying(forget)
 
     def get(self, memory_id: str, table: Any | None = None) -> Memory | None:
         table = table if table is not None else self._open()
@@ -459,6 +500,40 @@ def _compact_now_and_then(table: Any) -> None:
         table.optimize(cleanup_older_than=timedelta(hours=1))
     except Exception as exc:  # another process compacting at once: it will do
         log.info("memory: compaction skipped: %s", exc)
+
+
+def _retrying(write: Callable[[], T]) -> T:
+    """``write`` (a read and the commit that follows from it), done again when its
+    commit raced another process's; a ``MemoryError`` when it never lands."""
+    for attempt in range(CONFLICT_ATTEMPTS):
+        try:
+            return write()
+        except MemoryError:
+            raise
+        except Exception as exc:
+            if not _conflict(exc):
+                raise
+            if attempt == CONFLICT_ATTEMPTS - 1:
+                raise MemoryError(
+                    f"the memory store is busy with another process's writes: {_first_line(exc)}"
+                ) from exc
+            log.info("memory: a commit raced another process's; trying again: %s", exc)
+            time.sleep(random.uniform(0, CONFLICT_PAUSE_S * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+def _conflict(exc: Exception) -> bool:
+    """LanceDB's refusal of a commit that another process's commit overtook."""
+    text = str(exc).lower()
+    return "conflict" in text or "retryable" in text
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def _kib(size: int) -> str:
+    return f"{size / 1024:.0f} KiB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.1f} MiB"
 
 
 def _new_id() -> str:

@@ -80,12 +80,10 @@ class MemoryProxy:
             server_id = f"crow-memory-{uuid.uuid4().hex[:12]}"
             self.places[server_id] = (cwd, session_id)
             return {"type": "acp", "name": SERVER_NAME, "serverId": server_id}
-        command = {
-            "name": SERVER_NAME,
-            "command": sys.executable,
-            "args": ["-m", "crow", "mcp", "memory", "--cwd", cwd],
-            "env": [],
-        }
+        args = ["-m", "crow", "mcp", "memory", "--cwd", cwd]
+        if session_id is not None:
+            args += ["--session", session_id]
+        command = {"name": SERVER_NAME, "command": sys.executable, "args": args, "env": []}
         return command if self.proxy.v1 else {"type": "stdio", **command}
 
     # ---- MCP over ACP: the agent reaches the server here -------------------------

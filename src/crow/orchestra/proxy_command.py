@@ -137,7 +137,7 @@ async def _memory(args: argparse.Namespace, config: Config) -> int:
 
     from crow.acp import open_stdio
     from crow.acp.proxy import ProxySide
-    from crow.memory.scopes import MemoryPlace
+    from crow.memory.scopes import OWN, READ_ALL, MemoryPlace
     from crow.memory.shared import shared_store
     from crow.servers.memory import build_server
 
@@ -145,7 +145,10 @@ async def _memory(args: argparse.Namespace, config: Config) -> int:
 
     def make_server(cwd: str, session_id: str | None) -> Any:
         store = lambda: shared_store(config.paths.memory, config.memory)  # noqa: E731
-        return build_server(store, MemoryPlace(cwd, session_id))
+        # What the agent reaches: its session's own scopes (no approvals: nobody here
+        # asks the person before a write beyond them).
+        reach = READ_ALL if config.memory.model_reads == "all" else OWN
+        return build_server(store, MemoryPlace(cwd, session_id, reach))
 
     proxy = ProxySide(await open_stdio())
     memory = MemoryProxy(proxy, make_server)

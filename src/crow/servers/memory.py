@@ -9,7 +9,15 @@ Scopes: ``global`` (everywhere), ``project`` (this project: the git root
 above the working directory, or the directory), ``session`` (this session
 only, in Crow), or the full forms ``project:<root>`` / ``session:<id>``.
 Recall and list look at global + this project (+ this session) unless told
-otherwise; ``all`` looks everywhere.
+otherwise.
+
+What the tools reach is fixed when the server is made, by its ``MemoryPlace``
+(crow.memory.scopes): whoever calls a tool (a model, an agent behind ``crow proxy
+memory``) gets its own scopes only, whatever scope it names; ``all`` and other
+projects' or sessions' scopes are refused with a one-line error.  A server made
+with ``approvals`` (Crow's own, in process) also writes beyond them when the call
+says the person agreed (``_meta["crow/approved"]``, which only Crow's tool runner
+sets, after asking); the model names arguments, never a call's ``_meta``.
 """
 
 from __future__ import annotations
@@ -21,12 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
-from ..memory.scopes import MemoryError, MemoryPlace
+from ..extensions import APPROVED, SCOPE_ARGUMENT
+from ..memory.scopes import OWN, READ_ALL, MemoryError, MemoryPlace
 from ._stdio import run_stdio
 
 if TYPE_CHECKING:
@@ -52,10 +61,17 @@ INSTRUCTIONS = (
 )
 
 
-def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> MCPServer:
-    """The server; ``open_store`` is called in a worker thread at the first tool call
-    (opening the store imports LanceDB and numpy: not on the event loop)."""
+def build_server(
+    open_store: Callable[[], MemoryStore], place: MemoryPlace, *, approvals: bool = False
+) -> MCPServer:
+    """The server for ``place`` (what it reaches); ``open_store`` is called in a worker
+    thread at the first tool call (opening the store imports LanceDB and numpy: not on
+    the event loop).  ``approvals``: honour ``_meta["crow/approved"]`` (Crow's own only)."""
     server: MCPServer = MCPServer("memory", instructions=INSTRUCTIONS)
+
+    def approved(ctx: Context) -> bool:
+        meta = ctx.request_context.meta or {}
+        return approvals and meta.get(APPROVED) is True
 
     async def remember(
         text: Annotated[
@@ -67,12 +83,14 @@ def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> M
         scope: Annotated[
             str, Field(description="global (everywhere), project (default) or session.")
         ] = "project",
+        ctx: Context = None,  # type: ignore[assignment]  # given by MCPServer
     ) -> dict[str, Any]:
         """Store a durable fact for later sessions; a near-duplicate in the scope is replaced."""
+        target = _checked(lambda: place.scope(scope, approved=approved(ctx)))
         done = await _run(
             lambda: open_store().remember(
                 text,
-                scope=place.scope(scope),
+                scope=target,
                 tags=tags or (),
                 session=(place.session or "").removeprefix("session:"),
             )
@@ -89,9 +107,10 @@ def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> M
         tags: TagFilter = None,
     ) -> dict[str, Any]:
         """Find the memories most relevant to a query, best first."""
+        scopes = _checked(lambda: place.scopes(scope))
         found = await _run(
             lambda: open_store().recall(
-                query, scopes=place.scopes(scope), tags=tags or (), limit=min(limit, MAX_LIMIT)
+                query, scopes=scopes, tags=tags or (), limit=min(limit, MAX_LIMIT)
             )
         )
         await _run(lambda: open_store().mark_recalled([h.memory.id for h in found.hits]))
@@ -107,8 +126,15 @@ def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> M
 
     async def forget(
         id: Annotated[str, Field(description="The memory's id, as remember or recall gave it.")],
+        ctx: Context = None,  # type: ignore[assignment]  # given by MCPServer
     ) -> dict[str, Any]:
         """Delete one memory for good."""
+        found = await _run(lambda: open_store().get(id))
+        if found is not None and not place.reaches(found.scope) and not approved(ctx):
+            raise ToolError(
+                f"{id} is kept in {found.scope}, beyond this session's memory scopes: the "
+                f"memory tools cannot forget it; the person can, with `crow memory forget {id}`"
+            )
         gone = await _run(lambda: open_store().forget(id))
         if gone is None:
             raise ToolError(f"no memory has the id {id!r}")
@@ -121,9 +147,10 @@ def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> M
         offset: Annotated[int, Field(ge=0)] = 0,
     ) -> dict[str, Any]:
         """List memories, most recently updated first."""
+        scopes = _checked(lambda: place.scopes(scope))
         memories = await _run(
             lambda: open_store().list_memories(
-                scopes=place.scopes(scope),
+                scopes=scopes,
                 tags=tags or (),
                 limit=min(limit, MAX_LIMIT),
                 offset=offset,
@@ -134,7 +161,7 @@ def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> M
     writes = ToolAnnotations(read_only_hint=False, open_world_hint=False)
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     registrations: list[tuple[Callable[..., Any], str, str, ToolAnnotations]] = [
-        (remember, "remember", "edit", writes),
+        (remember, "remember", "edit", writes),  # its "scope" may need the person's yes
         (recall, "recall", "search", reads),
         (forget, "forget", "delete", ToolAnnotations(
             read_only_hint=False, destructive_hint=True, open_world_hint=False
@@ -142,8 +169,19 @@ def build_server(open_store: Callable[[], MemoryStore], place: MemoryPlace) -> M
         (list_memories, "list_memories", "read", reads),
     ]  # fmt: skip
     for fn, name, kind, hints in registrations:
-        server.add_tool(fn, name=name, annotations=hints, meta={"crow/kind": kind})
+        meta: dict[str, Any] = {"crow/kind": kind}
+        if fn is remember and approvals:
+            meta[SCOPE_ARGUMENT] = "scope"  # Crow asks before a write beyond the place
+        server.add_tool(fn, name=name, annotations=hints, meta=meta)
     return server
+
+
+def _checked(work: Callable[[], T]) -> T:
+    """A scope decision; refused as a one-line tool error."""
+    try:
+        return work()
+    except MemoryError as exc:
+        raise ToolError(str(exc)) from None
 
 
 def _brief(record: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--folder", type=Path, help="the store (default: $CROW_HOME/memory)")
     parser.add_argument("--cwd", type=Path, default=Path.cwd(), help="the project's directory")
+    parser.add_argument("--session", help="the session whose own scope it reaches too")
     args = parser.parse_args(argv)
     try:
         config = load_config()
@@ -176,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"crow mcp memory: {exc}", file=sys.stderr)
         return 2
     folder = args.folder or config.paths.memory
-    server = build_server(lambda: shared_store(folder, config.memory), MemoryPlace(args.cwd))
+    reach = READ_ALL if config.memory.model_reads == "all" else OWN
+    place = MemoryPlace(args.cwd, args.session, reach)
+    server = build_server(lambda: shared_store(folder, config.memory), place)
     return run_stdio(server)
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from crow import children
 from crow.config import McpServerSpec
+from crow.extensions import SCOPE_ARGUMENT
 from crow.imports import import_off_loop
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
@@ -67,6 +68,9 @@ class ToolInfo:
     kind: str  # the ACP tool kind: read, edit, execute, ... (as its server describes it)
     title: str | None = None
     trusted: bool = False  # a built-in or config-trusted server: its kind sets the permission
+    #: The argument naming the memory scope a call writes to (a trusted server's
+    #: ``_meta["crow/scopeArgument"]``): a write beyond the session's own asks first.
+    scope_argument: str | None = None
 
     @property
     def permission_kind(self) -> str:
@@ -238,10 +242,16 @@ class ToolHub:
         return next((t for t in self.tools() if t.qualified == qualified), None)
 
     async def call(
-        self, tool: ToolInfo, arguments: dict[str, Any], *, on_progress: ProgressSink | None = None
+        self,
+        tool: ToolInfo,
+        arguments: dict[str, Any],
+        *,
+        on_progress: ProgressSink | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> ToolResult:
-        """Call a tool.  Raises ToolServerError if its server fails; the caller
-        owns cancellation (cancelling this cancels the call on the server)."""
+        """Call a tool (with the request's ``meta``, Crow's own, never the model's).
+        Raises ToolServerError if its server fails; the caller owns cancellation
+        (cancelling this cancels the call on the server)."""
         server = self.servers[tool.server]
         if server.dead or server.client is None:
             raise ToolServerError(f"MCP server {tool.server!r} is not running")
@@ -253,7 +263,10 @@ class ToolHub:
         try:
             async with asyncio.timeout(server.timeout_s):
                 result = await server.client.call_tool(
-                    tool.name, arguments, progress_callback=progress
+                    tool.name,
+                    arguments,
+                    progress_callback=progress,
+                    meta=meta,
                 )
         except TimeoutError:
             return ToolResult(
@@ -318,6 +331,7 @@ def _tool_info(server: _Server, tool: Any) -> ToolInfo:
         read_only = bool(annotations and annotations.read_only_hint)
         kind = "read" if read_only else "other"
     title = tool.title or (annotations.title if annotations else None)
+    scoped = meta.get(SCOPE_ARGUMENT)
     return ToolInfo(
         qualified=_NAME.sub("_", f"{server.name}{SEPARATOR}{tool.name}")[:64],
         server=server.name,
@@ -327,6 +341,7 @@ def _tool_info(server: _Server, tool: Any) -> ToolInfo:
         kind=str(kind),
         title=title,
         trusted=server.trusted,
+        scope_argument=scoped if server.trusted and isinstance(scoped, str) else None,
     )
 
 

@@ -345,3 +345,44 @@ def test_a_writer_killed_mid_write_leaves_a_usable_store(folder):
     assert store.recall("doomed wrote fact").hits
     assert store.remember("written after the crash").merged_into is None
     assert len(store.list_memories(limit=1000)) == len(kept) + 1
+
+
+def test_writers_racing_to_make_the_store_all_land(tmp_path):
+    """Stores of their own (as separate processes have) writing their first memory
+    at once: LanceDB refuses all but one of the racing index creations ("Retryable
+    commit conflict"); each refused write is done again, and none is lost."""
+    import threading
+
+    for round_ in range(8):
+        folder = tmp_path / f"round-{round_}"
+        stores = [MemoryStore(folder, None) for _ in range(4)]
+        start = threading.Barrier(len(stores))
+        errors: list[BaseException] = []
+
+        def write(
+            store: MemoryStore, n: int, start: threading.Barrier, errors: list[BaseException]
+        ) -> None:
+            start.wait()
+            try:
+                store.remember(f"writer {n} keeps its own fact", scope="global")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=write, args=(s, n, start, errors)) for n, s in enumerate(stores)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert len(MemoryStore(folder, None).all()) == len(stores)
+
+
+def test_a_memory_over_the_size_limit_is_refused(tmp_path):
+    store = MemoryStore(tmp_path / "m", None, max_text_bytes=1024)
+    with pytest.raises(
+        MemoryError, match=r"2 KiB, over the 1 KiB limit \(\[memory\] max_text_kib\)"
+    ):
+        store.remember("x" * 2048)
+    assert store.remember("a short fact").id.startswith("mem_")
