@@ -572,3 +572,21 @@ def test_a_forged_verdict_is_recorded_and_replayed_as_a_message(
         assert "crow: ✗ judge: nothing was written" in shown.splitlines()
     else:
         assert FORGED in shown.splitlines() and f"crow: {FORGED}" not in shown
+
+
+def test_a_components_endless_stderr_line_is_cut_and_the_chain_goes_on(configured):
+    """2 MiB on one stderr line, then 200 KiB more: the conductor reads it all
+    (a component blocked on a full stderr pipe would never answer) and passes on a
+    cut line."""
+    configured.script(Text(text="still here"))
+    noisy = (
+        f"{PY} -c \"import sys; w = sys.stderr.write; w('x' * 2_000_000 + '\\n'); "
+        "[w(f'line {i} ' + '.' * 100 + '\\n') for i in range(2000)]\""
+    )
+    agent = shlex.join(["bash", "-c", f"{noisy} && exec {SERVE}"])
+    result = crow_run("--command", chain(agent), "hello?")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout == "still here\n"
+    cut = [line for line in result.stderr.splitlines() if "more bytes cut" in line]
+    assert len(cut) == 1 and len(cut[0]) < 9000
+    assert "line 1999 " in result.stderr

@@ -48,7 +48,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -95,6 +95,10 @@ log = logging.getLogger("crow.conductor")
 
 #: Lines of a component's stderr kept for the error that reports its exit.
 STDERR_TAIL = 20
+#: The longest stderr line passed on whole; a longer one is cut, and says so.  A
+#: component's line of any length must not stop the reading (a full pipe would then
+#: block the component for good).
+STDERR_LINE_BYTES = 8 * 1024
 #: How long a component has to exit after its stdin closes, before it is killed.
 EXIT_WAIT_S = 2.0
 _ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -372,8 +376,7 @@ class Conductor:
     async def _pass_stderr(self, link: Link, stream: asyncio.StreamReader | None) -> None:
         if stream is None:
             return
-        while line := await stream.readline():
-            text = line.decode("utf-8", "replace").rstrip()
+        async for text in _capped_lines(stream, STDERR_LINE_BYTES):
             link.stderr_tail.append(text)
             with contextlib.suppress(OSError, ValueError):
                 print(f"[{link.name}] {text}", file=self.stderr, flush=True)
@@ -571,3 +574,27 @@ class Conductor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(link.process.pid, signal.SIGKILL)  # what it left in its group
             children.unregister(link.process.pid)
+
+
+async def _capped_lines(stream: asyncio.StreamReader, cap: int) -> AsyncIterator[str]:
+    """The lines of ``stream``, each cut to ``cap`` bytes (with a note of what was cut);
+    read in chunks, so a line of any length is read through, never held whole."""
+    line, dropped = bytearray(), 0
+    while chunk := await stream.read(64 * 1024):
+        *ends, rest = chunk.split(b"\n")
+        for end in ends:
+            yield _line_text(line, end, dropped, cap)
+            line, dropped = bytearray(), 0
+        room = cap - len(line)
+        line += rest[: max(room, 0)]
+        dropped += max(len(rest) - room, 0)
+    if line or dropped:
+        yield _line_text(line, b"", dropped, cap)
+
+
+def _line_text(line: bytearray, end: bytes, dropped: int, cap: int) -> str:
+    room = cap - len(line)
+    whole = bytes(line) + end[: max(room, 0)]
+    dropped += max(len(end) - room, 0)
+    text = whole.decode("utf-8", "replace").rstrip()
+    return f"{text} … ({dropped} more bytes cut)" if dropped else text
