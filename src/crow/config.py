@@ -188,6 +188,20 @@ class ServerSettings:
     shutdown_grace_s: float = 30.0  # on SIGTERM, running turns get this long to finish
 
 
+#: What a prompt that arrives while its session is busy does ([session] while_busy).
+WHILE_BUSY = ("queue", "steer", "reject")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionSettings:
+    """``[session]``: how a session takes prompts."""
+
+    #: A prompt on a busy session is held until the turn ends ("queue"), put into the
+    #: running turn ("steer"), or refused ("reject"); a prompt's _meta["crow/insert"]
+    #: chooses for itself.
+    while_busy: str = "queue"
+
+
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """``[limits]``: what one client can make Crow store."""
@@ -256,6 +270,7 @@ class Config:
     server: ServerSettings = field(default_factory=ServerSettings)
     acp: AcpSettings = field(default_factory=AcpSettings)
     limits: Limits = field(default_factory=Limits)
+    session: SessionSettings = field(default_factory=SessionSettings)
     memory: MemorySettings = field(default_factory=MemorySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     store_url: str | None = None  # [store] url / CROW_STORE_URL: PostgreSQL, not the file
@@ -303,6 +318,7 @@ def load_config(
         server=_server_settings(source, data),
         acp=_acp_settings(source, data),
         limits=_limits(source, data),
+        session=_session_settings(source, data),
         memory=memory,
         judge=_judge_settings(source, data, models),
         store_url=_store_url(source, data),
@@ -336,6 +352,16 @@ def _limits(source: str, data: dict[str, Any]) -> Limits:
     if mib == 0:
         raise ConfigError(source, "limits.max_prompt_mib", "a positive number", mib)
     return Limits(max_prompt_mib=mib)
+
+
+def _session_settings(source: str, data: dict[str, Any]) -> SessionSettings:
+    table = _table(source, "session", data.get("session", {}))
+    while_busy = table.get("while_busy", SessionSettings().while_busy)
+    if while_busy not in WHILE_BUSY:
+        raise ConfigError(
+            source, "session.while_busy", " or ".join(map(repr, WHILE_BUSY)), while_busy
+        )
+    return SessionSettings(while_busy=while_busy)
 
 
 def _memory_settings(source: str, data: dict[str, Any]) -> MemorySettings:

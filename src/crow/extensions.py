@@ -6,9 +6,11 @@ Both are extensions the protocol allows: other clients ignore them.
 __all__ = [
     "APPROVED",
     "FROM",
+    "INSERT",
     "JUDGING",
     "MAX_VERDICT_CHARS",
     "POST_VERDICT",
+    "QUEUE",
     "RECALLED",
     "SCOPE_ARGUMENT",
     "TURN_ENDED",
@@ -72,3 +74,14 @@ SCOPE_ARGUMENT = "crow/scopeArgument"
 #: ``_meta`` key (true) of an MCP tool call the person agreed to (crow.agent.toolrun):
 #: a write beyond the session's memory scopes.  Only Crow's tool runner sets it.
 APPROVED = "crow/approved"
+
+#: ``_meta`` key of a ``session/prompt`` sent while the session is busy: "queue"
+#: (held, inserted after the running turn and the prompts held before it), "steer"
+#: (into the running turn: its model sees it at its next call) or "reject" (-32602);
+#: ``[session] while_busy`` when absent (crow.agent.queue).
+INSERT = "crow/insert"
+
+#: A live session update (never logged): the prompts held now, in the order they
+#: will be inserted, ``{"prompts": [{"messageId", "from", "preview", "yours"}]}``;
+#: sent to every watcher at each change and after a resume while any are held.
+QUEUE = "_crow/queue"

@@ -165,8 +165,9 @@ def test_a_cancelled_partial_reply_stays_in_history(crow, scripted_model):
 
 
 def test_a_second_prompt_while_busy_is_refused(crow, scripted_model):
+    """When so configured: by default it is held (test_serve_queue)."""
     scripted_model.script(Hang())
-    agent = crow()
+    agent = crow(extra='[session]\nwhile_busy = "reject"\n')
     sid = agent.new_session()
     agent.prompt(sid, "one")
     busy, _ = agent.prompt(sid, "two")

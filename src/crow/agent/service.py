@@ -31,11 +31,14 @@ import os
 from dataclasses import replace
 from typing import Any, Protocol
 
+import orjson
+
 from crow.acp import (
     AgentSide,
     InternalError,
     InvalidParams,
     InvalidRequest,
+    RequestCancelled,
     SessionNotFound,
     schema,
 )
@@ -49,6 +52,7 @@ from crow.store.lease import RENEW_EVERY_S, expiry, this_process
 
 from . import commands, verdicts
 from .content import prompt_capabilities, to_user_content
+from .queue import insert_mode
 from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
@@ -58,7 +62,7 @@ from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 from .watchers import V2Watcher, Watcher
 
-__all__ = ["CrowAgent", "Follower"]
+__all__ = ["CrowAgent", "Follower", "Steered"]
 
 log = logging.getLogger("crow.agent")
 
@@ -242,6 +246,8 @@ class CrowAgent:
             await self.shared_questions.aclose()
         if self.judge is not None:
             await self.judge.aclose()
+        for session in self.live.values():
+            session.held.withdraw("the server is shutting down: send it again once resumed")
         turns = [s.turn for s in self.live.values() if s.turn is not None and not s.turn.done]
         for turn in turns:
             turn.cancel("shutdown")
@@ -336,6 +342,9 @@ class CrowAgent:
         if not session.busy:  # the complete new set of servers and roots (§5.3)
             self._start_tools(session, servers, dirs, watcher)
         await session.attach(watcher, replay)
+        if session.held:  # the queue as it is now (a replay has none of its history)
+            update = session.held.snapshot(watcher)
+            watcher.deliver(session.id, None, update, orjson.dumps(update))
         await self._judge_if_verified(session, verify)
         if judging:
             session.judge = watcher
@@ -357,8 +366,10 @@ class CrowAgent:
         if session.judge is watcher:
             session.judge = None
         if _clients(session.watchers - {watcher}):
+            session.held.withdraw("its client closed the session", watcher)
             session.watchers.discard(watcher)
             return  # others still watch: their turn goes on
+        session.held.withdraw("the session was closed (session/close)")
         await session.end_turn("session/close")  # the caller sees the turn end first
         session.watchers.discard(watcher)
         self.unload_if_unwatched(session)
@@ -366,6 +377,7 @@ class CrowAgent:
     async def delete_session(self, watcher: Watcher, params: schema.DeleteSessionRequest) -> None:
         session = self.live.pop(params.session_id, None)
         if session is not None:
+            session.held.withdraw("the session was deleted")
             await session.end_turn("session/close")
             session.watchers.clear()
             await session.close_tools()
@@ -407,11 +419,86 @@ class CrowAgent:
         session = self.live_session(params.session_id)
         if origin is not None and not verdicts.is_judge(self, session, watcher):
             origin = None  # only the judge's own prompts are shown as the judge's
-        turn = await self.start_turn(session, params.prompt, origin=origin)
-        return schema.PromptResponse(message_id=turn.message_id)
+        mode = insert_mode(meta, self.config.session.while_busy)
+        taken = await self.take_prompt(session, watcher, params.prompt, origin=origin, mode=mode)
+        return schema.PromptResponse(message_id=taken.message_id)
+
+    async def take_prompt(
+        self,
+        session: LiveSession,
+        watcher: Watcher,
+        blocks: list[Any],
+        *,
+        origin: str | None = None,
+        mode: str = "queue",
+    ) -> Turn | Steered:
+        """Insert a prompt (crow.agent.queue): a turn of its own now, or once the turns
+        and the prompts held before it are done ("queue"), or into the running turn
+        ("steer"); "reject" refuses it while the session is busy.  Returns the turn it
+        started, or what was steered; raises RequestCancelled if it was withdrawn."""
+        if not session.busy and not session.held:
+            return await self.start_turn(session, blocks, origin=origin)
+        if mode == "reject":
+            raise _busy(session.id)
+        content = self._user_content(blocks)  # a refused prompt is refused now, not held
+        turn = session.turn
+        if mode == "steer" and turn is not None and turn.takes_steers:
+            return Steered(await turn.steer(blocks, content, origin))
+        return await self._hold(session, watcher, blocks, origin)
+
+    async def _hold(
+        self, session: LiveSession, watcher: Watcher, blocks: list[Any], origin: str | None
+    ) -> Turn:
+        """Hold a prompt until the session is free and it is first; then insert it."""
+        text = " ".join(b.text for b in blocks if getattr(b, "type", None) == "text")
+        held = session.held.hold(new_id("msg"), watcher, _sender(watcher), text)
+        self._show_queue(session)
+        try:
+            while True:
+                await held.wake
+                if not session.held.drop(held):
+                    raise RequestCancelled("The held prompt was withdrawn")
+                try:
+                    return await self.start_turn(
+                        session, blocks, origin=origin, message_id=held.message_id
+                    )
+                except InvalidParams as exc:
+                    data = exc.data if isinstance(exc.data, dict) else {}
+                    if data.get("reason") != "busy" or (
+                        data.get("elsewhere") and not self.store.shared
+                    ):
+                        raise  # refused; or another process on this file runs a turn
+                    session.held.put_back(held)  # another turn came first: wait for its end
+                    held.again()
+        finally:
+            session.held.drop(held)
+            self._show_queue(session)
+            self.advance(session)
+
+    def advance(self, session: LiveSession) -> None:
+        """The session may be free: the first held prompt inserts itself."""
+        if not session.busy:
+            session.held.wake_first()
+
+    def _show_queue(self, session: LiveSession) -> None:
+        """Every watcher is shown the held prompts (live only, never logged)."""
+        for watcher in list(session.watchers):
+            if not watcher.follower:
+                update = session.held.snapshot(watcher)
+                watcher.deliver(session.id, None, update, orjson.dumps(update))
+
+    def _user_content(self, blocks: list[Any]) -> list[dict[str, Any]]:
+        return to_user_content(
+            blocks, self.prompt_caps, max_bytes=self.config.limits.max_prompt_bytes
+        )
 
     async def start_turn(
-        self, session: LiveSession, blocks: list[Any], *, origin: str | None = None
+        self,
+        session: LiveSession,
+        blocks: list[Any],
+        *,
+        origin: str | None = None,
+        message_id: str | None = None,
     ) -> Turn:
         """Start a prompt turn (v2 ContentBlock models); it runs until idle.
 
@@ -423,24 +510,30 @@ class CrowAgent:
         """
         if session.busy:
             raise _busy(session.id)
-        content = to_user_content(
-            blocks, self.prompt_caps, max_bytes=self.config.limits.max_prompt_bytes
-        )
-        # Busy from here: a prompt right behind this one is refused, and a cancel
-        # or close that comes meanwhile applies to this turn.
+        content = self._user_content(blocks)
+        # Busy from here: a prompt right behind this one is held (or refused), and a
+        # cancel or close that comes meanwhile applies to this turn.
         starting = session.starting = asyncio.get_running_loop().create_future()
+        started = False
         try:
             await self._take_lease(session)
             turn = session.turn = Turn(
-                self, session, message_id=new_id("msg"), blocks=blocks, content=content
+                self,
+                session,
+                message_id=message_id or new_id("msg"),
+                blocks=blocks,
+                content=content,
             )
             turn.origin = origin
             turn.start().add_done_callback(lambda _: self.unload_if_unwatched(session))
+            started = True
             if session.cancel_on_start is not None:
                 turn.cancel(session.cancel_on_start)
         finally:
             session.starting, session.cancel_on_start = None, None
             starting.set_result(None)
+            if not started:
+                self.advance(session)  # nothing was inserted: the next held prompt may be
         self._keep_leases()
         return turn
 
@@ -450,6 +543,8 @@ class CrowAgent:
 
     async def cancel(self, watcher: Watcher, params: schema.CancelSessionNotification) -> None:
         session = self.live.get(params.session_id)
+        if session is not None:
+            session.held.withdraw("the session's turn was cancelled (session/cancel)")
         if session is not None and session.busy:
             session.cancel_turn("session/cancel")
         elif session is not None and self.store.shared and session.state != "idle":
@@ -678,10 +773,29 @@ def _clients(watchers: set[Watcher]) -> bool:
 
 def _busy(session_id: str, *, elsewhere: bool = False) -> InvalidParams:
     where = " in another Crow process" if elsewhere else ""
+    data: dict[str, Any] = {"sessionId": session_id, "reason": "busy"}
+    if elsewhere:
+        data["elsewhere"] = True
     return InvalidParams(
         f"The session is busy with a prompt{where}: wait for idle or send session/cancel",
-        data={"sessionId": session_id, "reason": "busy"},
+        data=data,
     )
+
+
+def _sender(watcher: Watcher) -> str:
+    """Who a watcher's prompts are from, as its client named itself."""
+    info = getattr(getattr(watcher, "side", None), "client_info", None)
+    name = getattr(info, "name", None) or getattr(watcher, "client_name", None)
+    return str(name) if name else "a client"
+
+
+class Steered:
+    """A prompt put into the running turn."""
+
+    __slots__ = ("message_id",)
+
+    def __init__(self, message_id: str) -> None:
+        self.message_id = message_id
 
 
 def _bind(handler: Any, watcher: Watcher) -> Any:

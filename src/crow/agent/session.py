@@ -25,6 +25,7 @@ from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
 from .asking import Question
+from .queue import HeldPrompts
 from .watchers import Watcher
 
 if TYPE_CHECKING:
@@ -61,8 +62,10 @@ class LiveSession:
     tools_started: asyncio.Task[None] | None = None  # the first prompt waits for it
     tool_setup: Any = None  # the (servers, directories) the tools were started with
     questions: set[Question] = field(default_factory=set)  # open permission questions
-    #: A client registered as the session's judge (crow.agent.verdicts.register_judge).
+    #: A client registered as the session's judge (crow.agent.verdicts.may_judge).
     judge: Watcher | None = None
+    #: Prompts that came while it was busy, waiting for their turn (crow.agent.queue).
+    held: HeldPrompts = field(default_factory=HeldPrompts)
     log_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The last seq of the log the watchers were sent.  Other servers on a shared
     #: store append too: what lies between is read from the log (``catch_up``), so

@@ -21,6 +21,12 @@ turn's lease, so a process that inherits it closes the turn as interrupted.
 A turn that ends other than ``end_turn`` also logs ``_crow/turnEnded`` (a custom
 update, ignored by other clients): a resume replays content but no state
 changes, and this is how a replay still shows that a turn was cancelled or failed.
+
+While the react loop runs, a prompt can be *steered* into it (crow.agent.queue):
+its ``user_message`` goes out and it joins the model's history at once, and the
+loop calls the model again rather than end before the model has seen it.  A
+steer that lands while tool calls are in flight sits in the history before their
+results; ``messages`` moves it after them, where the model's API wants it.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ log = logging.getLogger("crow.agent")
 #: the model's context window (the estimate is rough: about 4 characters a token).
 COMPACT_AT = 0.8
 TITLE_CHARS = 80
+#: The mark of a transcript message steered in while a model reply streamed
+#: (taken off before the model sees it).
+DURING_REPLY = "_crow_during_reply"
 #: How long a turn whose end could not be logged keeps trying, and how often.
 SETTLE_FOR_S = 300.0
 SETTLE_EVERY_S = 1.0
@@ -110,6 +119,10 @@ class Turn:
         self._stepped = False  # the task has taken its first step
         self._early_cancel: str | None = None  # a cancel that came before that
         self.ended = False  # the idle has been sent: the session takes a new prompt
+        self.takes_steers = False  # the react loop runs: a prompt may join it
+        self.steers = 0  # prompts steered into it so far
+        self.in_reply = False  # a model reply is streaming or being saved
+        self._steering: list[asyncio.Future[Any]] = []  # their writes
 
     # ---- lifecycle ----------------------------------------------------------------
     def start(self) -> asyncio.Task[None]:
@@ -219,6 +232,7 @@ class Turn:
         except StoreUnavailable as exc:
             self.settle_in_background(update, str(exc))
         self.ended = True
+        self.agent.advance(self.session)  # a held prompt is next
 
     def settle_in_background(self, idle: dict[str, Any], why: str) -> None:
         """The store refused the turn's end: tell every watcher now, log it later."""
@@ -247,13 +261,23 @@ class Turn:
         hub = await self.session.ready_tools()
         self.tools = [t.openai() for t in hub.tools()] if hub is not None else []
         await memory.recall_into(self)
+        self.takes_steers = True
+        try:
+            return await self.steps(hub)
+        finally:
+            self.takes_steers = False  # from here a prompt waits for the next turn
+
+    async def steps(self, hub: ToolHub | None) -> str:
         for _ in range(self.agent.config.max_steps):
+            steered = self.steers
             reply = await self.call_model()
             if reply.finish_reason == "length":
                 return "max_tokens"
             if reply.finish_reason == "content_filter":
                 return "refusal"
             if not reply.tool_calls or hub is None:
+                if self.steers > steered:
+                    continue  # somebody spoke meanwhile: the model answers that too
                 return "end_turn"
             await self.run_tools(hub, reply)
             self.tools = [t.openai() for t in hub.tools()]  # a dead server's are gone
@@ -280,14 +304,39 @@ class Turn:
             for message in runner.messages:
                 await _shielded(self.store.append_message(self.session.id, message))
 
+    async def steer(
+        self, blocks: list[Any], content: list[dict[str, Any]], origin: str | None
+    ) -> str:
+        """Put a prompt into this running turn; returns its message id once it is logged
+        (shown to every watcher, and in the model's history)."""
+        message_id = new_id("msg")
+        self.steers += 1
+        user: dict[str, Any] = {
+            "sessionUpdate": "user_message",
+            "messageId": message_id,
+            "content": [b.to_wire() for b in blocks],
+        }
+        if origin is not None:
+            user["_meta"] = {FROM: origin}
+        prompt: dict[str, Any] = {"role": "user", "content": content}
+        if self.in_reply:  # it belongs after the reply the model is giving now
+            prompt[DURING_REPLY] = True
+        write = asyncio.ensure_future(self.session.emit_together(user, transcript=[prompt]))
+        self._steering.append(write)
+        await asyncio.shield(write)
+        return message_id
+
     async def messages(self) -> list[dict[str, Any]]:
+        if self._steering:  # what was steered in reaches this model call
+            steering, self._steering = self._steering, []
+            await asyncio.gather(*steering, return_exceptions=True)
         out: list[dict[str, Any]] = [{"role": "system", "content": await self.system_prompt()}]
         for entry in await self.session.transcript():
             if entry.kind == "summary":
                 out.append({"role": "user", "content": compaction.summary_text(entry.message)})
             else:
                 out.append(entry.message)
-        return out
+        return _tool_results_first(_after_their_replies(out))
 
     async def system_prompt(self) -> str:
         """Composed once a turn (AGENTS.md files are read then), for every model call."""
@@ -307,10 +356,18 @@ class Turn:
             await compaction.compact(self, reason="the conversation nears the context window")
             messages = await self.messages()
         try:
-            return await self.stream_reply(messages)
+            return await self.replying(messages)
         except ContextLengthExceeded:
             await compaction.compact(self, reason="the model said the request is too long")
-            return await self.stream_reply(await self.messages())  # once: then an error
+            return await self.replying(await self.messages())  # once: then an error
+
+    async def replying(self, messages: list[dict[str, Any]]) -> Reply:
+        """``stream_reply``, marked as under way for prompts steered in meanwhile."""
+        self.in_reply = True
+        try:
+            return await self.stream_reply(messages)
+        finally:
+            self.in_reply = False
 
     @staticmethod
     def _add_delta(
@@ -513,3 +570,51 @@ def _accumulate(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
 
 def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
     return len(orjson.dumps(messages)) // 4
+
+
+def _after_their_replies(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each prompt steered in while a reply streamed moved after that
+    reply (saved once it was whole, so after it), and the mark taken off."""
+    out: list[dict[str, Any]] = []
+    steered: list[dict[str, Any]] = []
+    for message in messages:
+        if message.get(DURING_REPLY):
+            steered.append({k: v for k, v in message.items() if k != DURING_REPLY})
+            continue
+        if message.get("role") == "assistant":
+            out.append(message)
+        else:
+            out += steered  # no reply followed (cancelled): where it was
+            steered = []
+            out.append(message)
+            continue
+        out += steered
+        steered = []
+    return out + steered
+
+
+def _tool_results_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the results of an assistant message's tool calls right after
+    it: a prompt steered in while the calls ran was saved before their results, and
+    the model's API refuses a tool result that does not follow its call."""
+    out: list[dict[str, Any]] = []
+    waiting: set[str] = set()  # calls of the last assistant message not answered yet
+    moved: list[dict[str, Any]] = []  # what came between them and their results
+    for message in messages:
+        role = message.get("role")
+        if role == "tool" and message.get("tool_call_id") in waiting:
+            waiting.discard(message["tool_call_id"])
+            out.append(message)
+            if not waiting:
+                out += moved
+                moved = []
+            continue
+        if waiting and role != "tool":
+            moved.append(message)
+            continue
+        out += moved
+        moved = []
+        out.append(message)
+        calls = message.get("tool_calls") if role == "assistant" else None
+        waiting = {str(c.get("id")) for c in calls or [] if isinstance(c, dict)}
+    return out + moved

@@ -45,6 +45,7 @@ from crow.acp.jsonrpc import EOF_GRACE_S, Transport
 from crow.acp.router import MessageTransport
 
 from .service import CrowAgent
+from .turn import Turn
 from .v1_translate import SessionTranslator, config_options, permission_params
 
 __all__ = ["V1Agent", "V1Watcher", "serve_v1"]
@@ -320,7 +321,11 @@ class V1Agent:
         with self._calling():
             blocks = [_v2(schema.ContentBlock, _wire(block)) for block in prompt]
             session = self.agent.live_session(session_id)
-            turn = await self.agent.start_turn(session, blocks)
+            # v1 keeps v1's meaning: the answer comes when the turn ends; on a busy
+            # session the prompt is held like a v2 one (there is no steering in v1).
+            mode = "reject" if self.agent.config.session.while_busy == "reject" else "queue"
+            turn = await self.agent.take_prompt(session, self.watcher, blocks, mode=mode)
+            assert isinstance(turn, Turn)
         # Before the turn's first update: this client shows its own prompt.
         self.watcher.translator(session_id).own_prompts.add(turn.message_id)
         await turn.wait()  # not cancelled with this request: the turn goes on

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crow.acp import ClientSide
-from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
+from crow.extensions import FROM, INSERT, JUDGING, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
 from crow.models.errors import ModelError
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
@@ -507,7 +507,8 @@ async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> b
     request = schema.PromptRequest(
         session_id=session_id,
         prompt=[schema.TextContent(text=follow_up_text(verdict))],
-        meta={FROM: "judge"},
+        # Never held behind a person's prompt: the judge does not prompt a busy session.
+        meta={FROM: "judge", INSERT: "reject"},
     )
     try:
         await client.call("session/prompt", request)

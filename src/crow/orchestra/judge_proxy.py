@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crow.acp.proxy import ProxySide
-from crow.extensions import FROM, MAX_VERDICT_CHARS, VERDICT, VERIFIED_ABOVE, VERIFY
+from crow.extensions import FROM, INSERT, MAX_VERDICT_CHARS, VERDICT, VERIFIED_ABOVE, VERIFY
 from crow.verdict_proof import KeyHandout, new_key, sign
 
 from .judge import Check, Round, TurnView, Verdict, follow_up_text, verdict_meta
@@ -244,7 +244,7 @@ class JudgeProxy:
         params = {
             "sessionId": sid,
             "prompt": [{"type": "text", "text": text}],
-            "_meta": {FROM: "judge"},
+            "_meta": {FROM: "judge", INSERT: "reject"},  # never held behind a person's
         }
         try:
             await self.proxy.request_successor("session/prompt", params)

@@ -1,0 +1,266 @@
+"""Prompts on a busy session (crow.agent.queue): held and inserted in order, withdrawn,
+cancelled, steered into the running turn; seen by every watcher.  Raw bytes over a
+real ``crow serve``: pipelined messages go in one write, as clients send them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import pytest
+from fakemodel import Hang, Slow, Text, ToolCalls
+from serve_support import is_idle, updates
+from support import ROOT
+
+from crow.acp.errors import INVALID_PARAMS, REQUEST_CANCELLED
+from crow.extensions import QUEUE
+
+PROBE = [sys.executable, str(ROOT / "tests" / "mcp_probe.py")]
+PROBE_CONFIG = (
+    f'[tools]\nbuiltin = []\n\n[mcp.servers.probe]\ncommand = "{PROBE[0]}"\n'
+    f'args = ["{PROBE[1]}"]\ntimeout_s = 20\ntrusted = true\n'
+)
+
+
+def prompt_message(rid: int, sid: str, text: str, **meta: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+    if meta:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": rid, "method": "session/prompt", "params": params}
+
+
+def send_together(agent: Any, *messages: dict[str, Any]) -> None:
+    """Several messages in one write: a client that pipelines."""
+    agent.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+
+
+def collect(agent: Any, until: Any, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Every message up to the first one ``until`` accepts."""
+    seen = []
+    while True:
+        message = agent.recv(timeout=timeout)
+        seen.append(message)
+        if until(message):
+            return seen
+
+
+def answer_to(rid: int) -> Any:
+    return lambda m: m.get("id") == rid and "method" not in m
+
+
+def idles(seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [u for u in updates(seen) if is_idle(u)]
+
+
+def user_texts(seen: list[dict[str, Any]]) -> list[str]:
+    return [u["content"][0]["text"] for u in updates(seen) if u["sessionUpdate"] == "user_message"]
+
+
+def queues(seen: list[dict[str, Any]]) -> list[list[str]]:
+    return [
+        [p["preview"] for p in u["prompts"]] for u in updates(seen) if u["sessionUpdate"] == QUEUE
+    ]
+
+
+def until_idles(agent: Any, n: int, timeout: float = 30.0) -> list[dict[str, Any]]:
+    """Every message up to the ``n``-th idle."""
+    seen: list[dict[str, Any]] = []
+    while len(idles(seen)) < n:
+        seen.append(agent.recv(timeout=timeout))
+    return seen
+
+
+def index_of(seen: list[dict[str, Any]], accept: Any) -> int:
+    return next(i for i, m in enumerate(seen) if accept(m))
+
+
+def test_two_pipelined_prompts_are_both_answered_in_order_each_ending_in_idle(crow, scripted_model):
+    scripted_model.script(Slow("first reply", chunks=3, delay_s=0.1), Text(text="second reply"))
+    agent = crow()
+    sid = agent.new_session()
+    send_together(agent, prompt_message(1, sid, "one"), prompt_message(2, sid, "two"))
+    seen = until_idles(agent, 2)
+    first, second = index_of(seen, answer_to(1)), index_of(seen, answer_to(2))
+    first_idle = index_of(seen, lambda m: bool(idles([m])))
+    assert first < first_idle < second  # the second is answered when it is inserted
+    assert seen[second]["result"]["messageId"] != seen[first]["result"]["messageId"]
+    assert user_texts(seen) == ["one", "two"]
+    assert [i.get("stopReason") for i in idles(seen)] == ["end_turn", "end_turn"]
+    assert queues(seen) == [["two"], []]  # shown held, then gone
+    held = next(u for u in updates(seen) if u["sessionUpdate"] == QUEUE)["prompts"][0]
+    assert held["yours"] is True and held["from"] == "raw-test"
+    assert held["messageId"] == seen[second]["result"]["messageId"]
+    history = scripted_model.requests[1]["messages"]
+    assert [m["content"] for m in history[1:]][-3:] == [
+        [{"type": "text", "text": "one"}],
+        "first reply",
+        [{"type": "text", "text": "two"}],
+    ]
+
+
+def test_a_withdrawn_held_prompt_is_answered_cancelled_and_never_inserted(crow, scripted_model):
+    scripted_model.script(Slow("only reply", chunks=4, delay_s=0.2))
+    agent = crow()
+    sid = agent.new_session()
+    withdraw = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}}
+    send_together(agent, prompt_message(1, sid, "one"), prompt_message(2, sid, "two"))
+    seen = collect(agent, lambda m: any(u["sessionUpdate"] == QUEUE for u in updates([m])))
+    send_together(agent, withdraw)
+    seen += until_idles(agent, 1)
+    seen += [agent.recv()] if not any(answer_to(2)(m) for m in seen) else []
+    [answer] = [m for m in seen if answer_to(2)(m)]
+    assert answer["error"]["code"] == REQUEST_CANCELLED
+    assert agent.nothing_within(1.0)
+    assert user_texts(seen) == ["one"] and len(scripted_model.requests) == 1
+    assert queues(seen) == [["two"], []]
+
+
+def test_cancel_answers_every_held_prompt_and_cancels_the_turn(crow, scripted_model):
+    scripted_model.script(Hang())
+    agent = crow()
+    sid = agent.new_session()
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+    send_together(
+        agent,
+        prompt_message(1, sid, "one"),
+        prompt_message(2, sid, "two"),
+        prompt_message(3, sid, "three"),
+    )
+    seen = collect(agent, lambda m: queues([m]) == [["two", "three"]])
+    send_together(agent, cancel)
+    seen += until_idles(agent, 1)
+    while not all(any(answer_to(r)(m) for m in seen) for r in (2, 3)):
+        seen.append(agent.recv())
+    for rid in (2, 3):
+        [answer] = [m for m in seen if answer_to(rid)(m)]
+        assert answer["error"]["code"] == REQUEST_CANCELLED
+    assert idles(seen)[-1]["stopReason"] == "cancelled"
+    assert user_texts(seen) == ["one"]
+    assert agent.nothing_within(1.0)
+
+
+def test_close_answers_the_held_prompts(crow, scripted_model):
+    scripted_model.script(Hang())
+    agent = crow()
+    sid = agent.new_session()
+    close = {"jsonrpc": "2.0", "id": 9, "method": "session/close", "params": {"sessionId": sid}}
+    send_together(agent, prompt_message(1, sid, "one"), prompt_message(2, sid, "two"))
+    collect(agent, lambda m: queues([m]) == [["two"]])
+    send_together(agent, close)
+    seen = collect(agent, answer_to(9))
+    while not any(answer_to(2)(m) for m in seen):
+        seen.append(agent.recv())
+    [answer] = [m for m in seen if answer_to(2)(m)]
+    assert answer["error"]["code"] == REQUEST_CANCELLED
+    assert idles(seen)[-1]["stopReason"] == "cancelled"
+
+
+def test_a_steered_prompt_reaches_the_model_at_its_next_call(crow, scripted_model):
+    """Steered in while a tool call runs: shown at once, answered at once, and the
+    model's next request has it after the tool's result."""
+    scripted_model.script(
+        ToolCalls(calls=[("probe__slow", {"seconds": 1.0})]), Text(text="done, in Rust")
+    )
+    agent = crow(extra=PROBE_CONFIG)
+    sid = agent.new_session()
+    send_together(agent, prompt_message(1, sid, "write it"))
+    seen = collect(
+        agent,
+        lambda m: any(u.get("status") == "in_progress" for u in updates([m])),
+    )
+    send_together(agent, prompt_message(2, sid, "use Rust instead", **{"crow/insert": "steer"}))
+    seen += until_idles(agent, 1)
+    steered = index_of(seen, answer_to(2))
+    assert steered < index_of(seen, lambda m: bool(idles([m])))  # answered at once
+    assert user_texts(seen) == ["write it", "use Rust instead"]
+    assert len(idles(seen)) == 1 and idles(seen)[0]["stopReason"] == "end_turn"
+    second = scripted_model.requests[1]["messages"]
+    roles = [m["role"] for m in second[1:]]
+    assert roles == ["user", "assistant", "tool", "user"]  # the tool's result, then it
+    assert second[-1]["content"] == [{"type": "text", "text": "use Rust instead"}]
+
+
+def test_a_prompt_steered_into_a_last_reply_gets_one_more_model_call(crow, scripted_model):
+    scripted_model.script(Slow("almost done", chunks=5, delay_s=0.2), Text(text="and that too"))
+    agent = crow()
+    sid = agent.new_session()
+    send_together(agent, prompt_message(1, sid, "go"))
+    seen = collect(
+        agent, lambda m: any(u["sessionUpdate"] == "agent_message_chunk" for u in updates([m]))
+    )
+    send_together(agent, prompt_message(2, sid, "also this", **{"crow/insert": "steer"}))
+    seen += until_idles(agent, 1)
+    assert len(scripted_model.requests) == 2
+    assert scripted_model.requests[1]["messages"][-1]["content"] == [
+        {"type": "text", "text": "also this"}
+    ]
+    assert idles(seen)[0]["stopReason"] == "end_turn"
+
+
+@pytest.mark.parametrize("how", ["meta", "config"])
+def test_reject_refuses_a_prompt_on_a_busy_session(crow, scripted_model, how):
+    scripted_model.script(Hang())
+    agent = crow(extra='[session]\nwhile_busy = "reject"\n' if how == "config" else "")
+    sid = agent.new_session()
+    agent.prompt(sid, "one")
+    meta = {"crow/insert": "reject"} if how == "meta" else {}
+    busy, _ = agent.request("session/prompt", prompt_message(0, sid, "two", **meta)["params"])
+    assert busy["error"]["code"] == INVALID_PARAMS
+    assert busy["error"]["data"]["reason"] == "busy"
+
+
+def test_a_bad_insert_mode_or_prompt_is_refused_at_once_not_held(crow, scripted_model):
+    scripted_model.script(Hang())
+    agent = crow()
+    sid = agent.new_session()
+    agent.prompt(sid, "one")
+    bad, _ = agent.request(
+        "session/prompt", prompt_message(0, sid, "two", **{"crow/insert": "later"})["params"]
+    )
+    assert bad["error"]["code"] == INVALID_PARAMS and "crow/insert" in bad["error"]["message"]
+    audio = {"type": "audio", "data": "AAAA", "mimeType": "audio/wav"}
+    refused, _ = agent.request("session/prompt", {"sessionId": sid, "prompt": [audio]})
+    assert refused["error"]["code"] == INVALID_PARAMS
+
+
+async def test_a_client_that_attaches_sees_the_queue_as_it_is(crow_home, scripted_model):
+    from serve_support import write_config
+    from test_serve_http import HttpServer, client_for
+
+    from crow.acp import schema
+
+    write_config(crow_home, scripted_model.base_url)
+    scripted_model.script(Hang())
+    server = HttpServer()
+    try:
+        async with asyncio.timeout(30):
+            first = await client_for(server.ws_url)
+            session = await first.new_session("/tmp")
+            await session.prompt("one")
+            text = [schema.TextContent(text="two")]
+            held = asyncio.ensure_future(
+                first.call(
+                    "session/prompt", schema.PromptRequest(session_id=session.id, prompt=text)
+                )
+            )
+            seen: list[Any] = []
+            second = await client_for(server.ws_url)
+            second.on_update(lambda _, u: seen.append(u))
+            while not seen or not any(getattr(u, "session_update", "") == QUEUE for u in seen):
+                await second.resume_session(session.id, "/tmp", replay=False)
+                await asyncio.sleep(0.1)
+            [shown] = [u for u in seen if getattr(u, "session_update", "") == QUEUE][-1:]
+            prompts = (shown.model_extra or {})["prompts"]
+            assert [(p["preview"], p["yours"], p["from"]) for p in prompts] == [
+                ("two", False, "http-test")
+            ]
+            await session.cancel()
+            with pytest.raises(Exception) as cancelled:
+                await held
+            assert getattr(cancelled.value, "code", None) == REQUEST_CANCELLED
+            await first.aclose()
+            await second.aclose()
+    finally:
+        server.stop()
