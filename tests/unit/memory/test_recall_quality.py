@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crow.memory.embedders import MiniLMEmbedder
-from crow.memory.minilm import find_model_dir
+from crow.memory.minilm import installed as offline_installed
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -34,7 +34,7 @@ def test_the_labelled_set_is_well_formed(labelled):
 
 
 @pytest.mark.skipif(
-    find_model_dir() is None and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
+    not offline_installed() and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
     reason="the local extra (the offline embedder's files) is not installed",
 )
 def test_hybrid_recall_with_the_offline_embedder(labelled, tmp_path):
