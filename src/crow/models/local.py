@@ -183,7 +183,7 @@ class LocalModels:
         except ModelRejected as exc:
             raise ModelRejected(f"{spec.name}: {exc}", model=spec.name) from None
         try:
-            engine = _engine(name, path, spec.context_window)
+            engine = _engine(name, path, spec.context_window, spec.model_id == EMBEDDED_MODEL)
         except ImportError as exc:
             raise ModelRejected(
                 f"{spec.name}: {name} does not load ({exc}): {INSTALL}", model=spec.name
@@ -194,14 +194,15 @@ class LocalModels:
         return engine
 
 
-def _engine(name: str, path: Path, context_window: int) -> Engine:
+def _engine(name: str, path: Path, context_window: int, embedded: bool) -> Engine:
     if name == "llama.cpp":
         from .local_llama import LlamaCppEngine
 
         return LlamaCppEngine(path, context_window)
     from .local_mistralrs import MistralRsEngine
 
-    return MistralRsEngine(path, context_window)
+    # The embedded model is Q4_1, for which mistral.rs has no fast kernel (see there).
+    return MistralRsEngine(path, context_window, requantize="q8_0" if embedded else None)
 
 
 async def _generate(

@@ -99,9 +99,7 @@ async def test_the_embedded_model_answers_with_usage_and_a_stop_reason(on_runtim
         async with asyncio.timeout(180):
             events = [
                 e
-                async for e in models.stream(
-                    embedded_spec(), [{"role": "user", "content": PARIS}]
-                )
+                async for e in models.stream(embedded_spec(), [{"role": "user", "content": PARIS}])
             ]
     finally:
         await models.aclose()
