@@ -54,7 +54,7 @@ class ModelFile:
                 "extra): pip install 'crow-cli[local]'"
             )
         stat = path.stat()
-        key = (str(path), stat.st_size, stat.st_mtime_ns)
+        key = (str(path), stat.st_size, stat.st_mtime_ns, self.sha256)
         with _checked_lock:
             if key in _checked:
                 return path
@@ -69,7 +69,7 @@ class ModelFile:
         return path
 
 
-_checked: set[tuple[str, int, int]] = set()
+_checked: set[tuple[str, int, int, str]] = set()
 _checked_lock = threading.Lock()
 
 #: SmolLM2-135M-Instruct, Q4_1 (98 MB): the embedded model.
