@@ -1,18 +1,23 @@
-"""The embedded model (the local extra): cold start, speed, and how fast a cancel bites.
+"""The embedded model on each runtime: mistral.rs (the local extra) vs llama.cpp (llama).
 
-    python bench/local_model_bench.py [--runs 5]
+    python bench/local_model_bench.py [--rounds 3] [--runtimes mistral.rs,llama.cpp]
 
-- cold start: a new ``crow run`` process with nothing configured and no model
-  server, from spawn to the first byte of the reply on stdout (the ollama probe,
-  loading the GGUF file and the first token included), and to its exit;
-- in process, the model already loaded: time to the first token, and tokens/s
-  over a long reply;
+The same GGUF file (SmolLM2-135M-Instruct, Q4_1) on each runtime installed,
+each round in a fresh process per runtime, the runtimes alternating (A B A B:
+this machine's speed drifts by half over minutes); medians over the rounds:
+
+- load: making the runtime's model object from the file (checksum included);
+- first token: a short question with the model loaded;
+- tokens/s and CPU ms per token over a long reply (CPU counts every thread: a
+  runtime that spins while it waits shows here);
 - cancel: from closing a generation's stream (what a cancelled turn does) until
-  the model's worker thread has stopped, and how many tokens it made meanwhile;
-- the same with a tool on offer (the model declared with ``tools``): a tool
-  call is generated in one piece, and a cancel 0.3 s into it, once its prompt
-  is cached, must still bite.  (Evaluating a prompt is one llama.cpp call that
-  nothing stops: a cancel during it waits for it, tools or not.)
+  the worker thread has stopped, and the CPU the process still used in the
+  second after (mistral.rs generates on threads of its own: if the cancel did
+  not reach them they would keep a core busy);
+- tool call: the model declared with ``tools``, asked to read a file: whether
+  the call is valid (the tool's name, JSON arguments with a ``path``), and how long;
+- peak RSS of the process;
+- cold ``crow run``: a new process with nothing configured, from spawn to its exit.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -32,128 +39,153 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from crow.config import embedded_spec  # noqa: E402
-from crow.models.events import Finished, TextDelta  # noqa: E402
-from crow.models.local import LocalModels, embedded_available  # noqa: E402
+from crow.models.events import Finished, TextDelta, ToolCallDelta  # noqa: E402
+from crow.models.local import RUNTIME_ENV, RUNTIMES, LocalModels, embedded_available  # noqa: E402
 
-LONG = [{"role": "user", "content": "Count from 1 to 300, one number per line."}]
-ESSAY = [
-    {"role": "system", "content": "You are a helpful assistant."},
-    {"role": "user", "content": "Use write_file to write a 500-word essay on crows to crows.md"},
-]
-WRITE_FILE = {
+SHORT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+LONG = [{"role": "user", "content": "Write a long story about a crow who learns to code."}]
+READ = [{"role": "user", "content": "Use read_file to read /etc/os-release"}]
+READ_FILE = {
     "type": "function",
     "function": {
-        "name": "write_file",
-        "description": "Write text to a file",
+        "name": "read_file",
+        "description": "Read a text file and return its contents",
         "parameters": {
             "type": "object",
-            "properties": {"path": {"type": "string"}, "text": {"type": "string"}},
-            "required": ["path", "text"],
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
         },
     },
 }
 
 
-def cold_start() -> tuple[float, float]:
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "CROW_MODEL")}
-    with tempfile.TemporaryDirectory() as home:
-        env["CROW_HOME"] = home
-        started = time.perf_counter()
-        process = subprocess.Popen(
-            [sys.executable, "-m", "crow", "run", "Say hello."],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        assert process.stdout is not None
-        process.stdout.read(1)
-        first = time.perf_counter() - started
-        process.stdout.read()
-        assert process.wait() == 0
-        return first, time.perf_counter() - started
+def cpu() -> float:
+    return time.process_time()
 
 
-async def speed(models: LocalModels) -> tuple[float, float]:
-    started = time.perf_counter()
-    first, tokens = 0.0, 0
-    async for event in models.stream(embedded_spec(), LONG):
-        if isinstance(event, TextDelta):
-            first = first or time.perf_counter() - started
-        if isinstance(event, Finished) and event.usage:
-            tokens = event.usage.completion_tokens
-    return first, tokens / (time.perf_counter() - started - first)
-
-
-async def cancel(models: LocalModels) -> tuple[float, int]:
-    stream = models.stream(embedded_spec(), LONG)
-    async for event in stream:
-        if isinstance(event, TextDelta):
-            break
-    loaded = next(iter(models._loaded.values()))
-    before = loaded.llm.n_tokens
-    started = time.perf_counter()
-    await stream.aclose()  # returns once the worker thread has stopped
-    return time.perf_counter() - started, loaded.llm.n_tokens - before
-
-
-async def cancel_tool_call(models: LocalModels) -> tuple[float, int]:
-    spec = dataclasses.replace(embedded_spec(), capabilities=frozenset({"tools"}))
-    loaded = next(iter(models._loaded.values()))
-
-    async def call() -> None:
-        async for _ in models.stream(spec, ESSAY, tools=[WRITE_FILE]):
-            pass
-
-    await call()  # once whole: its prompt is then cached (evaluating one is not stoppable)
-    task = asyncio.create_task(call())
-    await asyncio.sleep(0.3)  # into the call's arguments
-    before = loaded.llm.n_tokens
-    started = time.perf_counter()
-    task.cancel()  # returns once the worker thread has stopped
-    await asyncio.gather(task, return_exceptions=True)
-    return time.perf_counter() - started, loaded.llm.n_tokens - before
-
-
-async def in_process(runs: int) -> None:
+async def measure() -> dict[str, float]:
+    """One round on the runtime CROW_LOCAL_RUNTIME names, in this process."""
     models = LocalModels()
+    spec = embedded_spec()
+    out: dict[str, float] = {}
     try:
-        await speed(models)  # load the model once
-        firsts, rates, cancels, extra, tool_cancels = [], [], [], [], []
-        for _ in range(runs):
-            first, rate = await speed(models)
-            firsts.append(first * 1000)
-            rates.append(rate)
-            took, tokens = await cancel(models)
-            cancels.append(took * 1000)
-            extra.append(tokens)
-            took, _ = await cancel_tool_call(models)
-            tool_cancels.append(took * 1000)
+        started = time.perf_counter()
+        async for _ in models.stream(spec, [{"role": "user", "content": "Hi"}]):
+            pass  # the load, and a first generation
+        out["load_and_hi_s"] = time.perf_counter() - started
+
+        started, first, answer = time.perf_counter(), 0.0, ""
+        async for event in models.stream(spec, SHORT):
+            if isinstance(event, TextDelta):
+                first = first or time.perf_counter() - started
+                answer += event.text
+        out["first_token_ms"] = first * 1000
+        out["paris"] = float("Paris" in answer)
+
+        spec_long = dataclasses.replace(spec, max_output_tokens=200)
+        started, first, tokens, cpu0 = time.perf_counter(), 0.0, 0, cpu()
+        async for event in models.stream(spec_long, LONG):
+            if isinstance(event, TextDelta):
+                first = first or time.perf_counter()
+            if isinstance(event, Finished):
+                tokens = event.usage.completion_tokens
+        out["tokens_per_s"] = (tokens - 1) / max(1e-9, time.perf_counter() - first)
+        out["cpu_ms_per_token"] = 1000 * (cpu() - cpu0) / max(1, tokens)
+
+        stream = models.stream(spec_long, LONG)
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                break
+        started = time.perf_counter()
+        await stream.aclose()  # returns once the worker thread has stopped
+        out["cancel_ms"] = (time.perf_counter() - started) * 1000
+        cpu0 = cpu()
+        await asyncio.sleep(1.0)
+        out["cpu_after_cancel_s"] = cpu() - cpu0
+
+        tools = dataclasses.replace(spec, capabilities=frozenset({"tools"}))
+        started, calls = time.perf_counter(), []
+        async for event in models.stream(tools, READ, tools=[READ_FILE]):
+            if isinstance(event, ToolCallDelta):
+                calls.append(event)
+        out["tool_call_s"] = time.perf_counter() - started
+        valid = len(calls) == 1 and calls[0].name == "read_file"
+        try:
+            valid = valid and isinstance(json.loads(calls[0].arguments)["path"], str)
+        except (ValueError, KeyError, IndexError):
+            valid = False
+        out["tool_call_valid"] = float(valid)
     finally:
         await models.aclose()
-    print(f"first token, model loaded : median {statistics.median(firsts):6.1f} ms")
-    print(f"tokens/s, long reply      : median {statistics.median(rates):6.1f}")
-    print(
-        f"cancel -> thread stopped  : median {statistics.median(cancels):6.1f} ms, "
-        f"max {max(cancels):.1f} ms; tokens made meanwhile: max {max(extra)}"
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return out
+
+
+def cold_run(runtime: str) -> float:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "CROW_MODEL")}
+    with tempfile.TemporaryDirectory() as home:
+        env.update(CROW_HOME=home, **{RUNTIME_ENV: runtime})
+        started = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "crow", "run", SHORT[0]["content"]],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            check=True,
+        )
+        return time.perf_counter() - started
+
+
+def one_round(runtime: str) -> dict[str, float]:
+    env = {**os.environ, RUNTIME_ENV: runtime}
+    done = subprocess.run(
+        [sys.executable, __file__, "--child"], env=env, capture_output=True, text=True, check=True
     )
-    print(
-        f"cancel a tool call        : median {statistics.median(tool_cancels):6.1f} ms, "
-        f"max {max(tool_cancels):.1f} ms"
-    )
+    result: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    result["cold_crow_run_s"] = cold_run(runtime)
+    return result
+
+
+ROWS = [
+    ("load + first reply, s", "load_and_hi_s", "{:.2f}"),
+    ("first token, loaded, ms", "first_token_ms", "{:.0f}"),
+    ("tokens/s, long reply", "tokens_per_s", "{:.1f}"),
+    ("CPU ms per token", "cpu_ms_per_token", "{:.0f}"),
+    ("cancel -> stopped, ms", "cancel_ms", "{:.1f}"),
+    ("CPU in the 1 s after, s", "cpu_after_cancel_s", "{:.3f}"),
+    ("tool call valid (share)", "tool_call_valid", "{:.2f}"),
+    ("tool call, s", "tool_call_s", "{:.2f}"),
+    ("answered Paris (share)", "paris", "{:.2f}"),
+    ("peak RSS, MiB", "peak_rss_mib", "{:.0f}"),
+    ("cold crow run, s", "cold_crow_run_s", "{:.2f}"),
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--runtimes", default=",".join(RUNTIMES))
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        print(json.dumps(asyncio.run(measure())))
+        return
     if not embedded_available():
         sys.exit("the local extra is not installed: pip install -e '.[local]'")
-    colds = [cold_start() for _ in range(args.runs)]
+    import importlib.util
+
+    runtimes = [r for r in args.runtimes.split(",") if importlib.util.find_spec(RUNTIMES[r])]
+    results: dict[str, list[dict[str, float]]] = {r: [] for r in runtimes}
+    for round_ in range(args.rounds):
+        for runtime in runtimes if round_ % 2 == 0 else reversed(runtimes):
+            results[runtime].append(one_round(runtime))
+            print(f"round {round_ + 1}: {runtime} done", file=sys.stderr)
     print(
-        f"cold crow run -> first byte: median {statistics.median(c[0] for c in colds):.2f} s; "
-        f"-> exit: median {statistics.median(c[1] for c in colds):.2f} s ({args.runs} runs)"
+        f"{'':26}" + "".join(f"{r:>12}" for r in runtimes) + f"   ({args.rounds} rounds, medians)"
     )
-    asyncio.run(in_process(args.runs))
+    for label, key, fmt in ROWS:
+        cells = [fmt.format(statistics.median(x[key] for x in results[r])) for r in runtimes]
+        print(f"{label:26}" + "".join(f"{c:>12}" for c in cells))
 
 
 if __name__ == "__main__":

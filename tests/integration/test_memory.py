@@ -21,7 +21,7 @@ from fakemodel import Text, ToolCalls
 from serve_support import is_idle, notes, updates
 
 from crow.extensions import RECALLED
-from crow.memory.minilm import find_model_dir
+from crow.memory.minilm import installed as offline_installed
 
 CROW = [sys.executable, "-m", "crow"]
 
@@ -290,7 +290,7 @@ def test_crow_memory_commands_round_trip(tmp_path, crow_home, scripted_model):
 
 
 @pytest.mark.skipif(
-    find_model_dir() is None and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
+    not offline_installed() and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
     reason="the local extra (the offline embedder's files) is not installed",
 )
 def test_reindex_moves_a_store_to_the_offline_embedder(tmp_path, crow_home, scripted_model):

@@ -241,7 +241,7 @@ def test_sessions_list_show_and_delete(configured):
 def test_a_first_run_with_nothing_configured_answers_on_the_embedded_model(crow_home, monkeypatch):
     for var in ("OPENAI_BASE_URL", "CROW_MODEL", "OPENAI_API_KEY"):
         monkeypatch.delenv(var, raising=False)
-    result = crow("run", "What is the capital of France? Answer in one sentence.")
+    result = crow("run", "What is the capital of France? Answer in one word.")
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
     said = result.stderr.strip().splitlines()

@@ -1,21 +1,22 @@
 """Embedders: text in, unit vectors out, behind one small interface.
 
-``offline`` is all-MiniLM-L6-v2 in process (``minilm``; its files come from
-PyPI with the ``local`` extra); ``openai`` is any OpenAI-compatible
-``/v1/embeddings`` (ollama's ``nomic-embed-text``, vLLM, llama.cpp); ``none``
-searches by text alone.  An embedder's ``name`` is what the store records
-beside the vectors, so vectors of two embedders are never compared.
+``offline`` is all-MiniLM-L6-v2 in process (``minilm``, on onnxruntime; its
+files come from registry packages with the ``local`` extra); ``openai`` is any
+OpenAI-compatible ``/v1/embeddings`` (ollama's ``nomic-embed-text``, vLLM,
+llama.cpp), called with httpx2, the HTTP client Crow already has; ``none``
+searches by text alone.  An embedder's ``name`` is what the store records beside
+the vectors, so vectors of two embedders are never compared.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from .minilm import MODEL_NAME, find_model_dir
+from .minilm import MODEL_NAME, installed
 
 if TYPE_CHECKING:
     from crow.config import MemorySettings
@@ -40,7 +41,7 @@ class Embedder(Protocol):
 
 
 class MiniLMEmbedder:
-    """The offline default: loaded on first use (0.5 s), then ~10 ms a query."""
+    """The offline default: loaded on first use (~0.2 s), then a few ms a query."""
 
     name = f"offline:{MODEL_NAME}"
 
@@ -49,17 +50,26 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        from .minilm import MiniLM
+        from ..model_files import ModelFileError
 
         with self._lock:  # one load, however many threads ask at once
             if self._model is None:
-                folder = find_model_dir()
-                if folder is None:
+                if not installed():
                     raise EmbedderUnavailable(
                         "the offline embedder's files are not installed "
                         "(pip install 'crow-cli[local]', or set [memory] embedder)"
                     )
-                self._model = MiniLM(folder)
+                try:
+                    from .minilm import MiniLM
+
+                    self._model = MiniLM()
+                except ImportError as exc:
+                    raise EmbedderUnavailable(
+                        f"the offline embedder needs onnxruntime ({exc}): "
+                        "pip install 'crow-cli[local]'"
+                    ) from None
+                except ModelFileError as exc:
+                    raise EmbedderUnavailable(str(exc)) from None
 
     def embed(self, texts: list[str]) -> np.ndarray:
         from .minilm import MiniLM
@@ -70,43 +80,61 @@ class MiniLMEmbedder:
 
 
 class OpenAIEmbedder:
-    """``POST {url}/embeddings`` through the openai SDK; rows are normalised here."""
+    """``POST {url}/embeddings`` (the OpenAI API, as ollama, vLLM and llama.cpp serve
+    it); rows are normalised here."""
+
+    #: One quick attempt: a turn must not wait long on memory.
+    TIMEOUT_S = 15.0
 
     def __init__(self, url: str, model: str, api_key_env: str | None = None) -> None:
-        self.url, self.model, self.api_key_env = url, model, api_key_env
+        self.url, self.model, self.api_key_env = url.rstrip("/"), model, api_key_env
         self.name = f"openai:{model}"
-        self._client: object | None = None
 
     def load(self) -> None:
         """Nothing to load: the server holds the model."""
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        import openai
+        import httpx2
 
-        if self._client is None:
-            key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-            # One quick attempt: a turn must not wait long on memory.
-            self._client = openai.OpenAI(
-                base_url=self.url, api_key=key or "none", max_retries=0, timeout=15.0
-            )
-        assert isinstance(self._client, openai.OpenAI)
+        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
+        headers = {"Authorization": f"Bearer {key or 'none'}"}
+        where = f"{self.url} ({self.model})"
+        body = {"model": self.model, "input": texts}
         try:
-            response = self._client.embeddings.create(model=self.model, input=texts)
-        except openai.OpenAIError as exc:
-            raise EmbedderUnavailable(f"{self.url} ({self.model}): {_reason(exc)}") from exc
-        rows = sorted(response.data, key=lambda item: item.index)
-        vectors = np.asarray([row.embedding for row in rows], dtype=np.float32)
+            # A client per call (a call or two per turn): nothing is left open when
+            # the store goes, and no thread shares a connection.
+            with httpx2.Client(headers=headers, timeout=self.TIMEOUT_S) as client:
+                response = client.post(f"{self.url}/embeddings", json=body)
+            if response.status_code >= 400:
+                raise EmbedderUnavailable(
+                    f"{where}: HTTP {response.status_code}: {_said(response)}"
+                )
+            rows = sorted(response.json()["data"], key=lambda item: item["index"])
+            vectors = np.asarray([row["embedding"] for row in rows], dtype=np.float32)
+        except httpx2.HTTPError as exc:
+            raise EmbedderUnavailable(f"{where}: {_reason(exc)}") from exc
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EmbedderUnavailable(f"{where}: a malformed answer ({exc})") from exc
         if vectors.ndim != 2 or len(vectors) != len(texts):
-            raise EmbedderUnavailable(f"{self.url} ({self.model}): a malformed answer")
+            raise EmbedderUnavailable(f"{where}: a malformed answer")
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         unit: np.ndarray = vectors / np.maximum(norms, np.float32(1e-12))
         return unit
 
 
+def _said(response: Any) -> str:
+    """The server's own error message, on one line."""
+    try:
+        error = response.json().get("error")
+        text = error.get("message") if isinstance(error, dict) else error
+    except (ValueError, AttributeError):
+        text = None
+    return " ".join(str(text or response.text or response.reason_phrase).split())[:300]
+
+
 def _reason(exc: Exception) -> str:
-    status = getattr(exc, "status_code", None)
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return f"HTTP {status}: {text}" if status else text
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def make_embedder(settings: MemorySettings) -> Embedder | None:

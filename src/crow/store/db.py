@@ -153,6 +153,18 @@ def open_store(location: Path | str) -> Store:
     return Store(location)
 
 
+def _psycopg() -> Any:
+    """psycopg, which only a PostgreSQL store needs (the ``postgres`` extra)."""
+    try:
+        import psycopg
+    except ImportError as exc:
+        raise StoreError(
+            f"a PostgreSQL store needs psycopg, which does not import ({exc}): "
+            "pip install 'crow-cli[postgres]'"
+        ) from None
+    return psycopg
+
+
 def database_errors() -> tuple[type[BaseException], ...]:
     """What a database call may raise: sqlite3's errors, and psycopg's once it is loaded."""
     psycopg = sys.modules.get("psycopg")
@@ -605,8 +617,7 @@ class _PostgresConnection:
     placeholders, ``execute`` returning a cursor, ``in_transaction``."""
 
     def __init__(self, url: str) -> None:
-        import psycopg
-
+        psycopg = _psycopg()
         self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
         timeout_ms = BUSY_TIMEOUT_MS  # a lock held elsewhere fails the call, bounded
         self.conn.execute(f"SET lock_timeout = {int(timeout_ms)}")

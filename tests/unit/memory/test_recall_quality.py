@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from crow.memory.embedders import MiniLMEmbedder
-from crow.memory.minilm import find_model_dir
+from crow.memory.minilm import installed as offline_installed
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -34,14 +34,15 @@ def test_the_labelled_set_is_well_formed(labelled):
 
 
 @pytest.mark.skipif(
-    find_model_dir() is None and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
+    not offline_installed() and os.environ.get("CROW_REQUIRE_LOCAL") != "1",
     reason="the local extra (the offline embedder's files) is not installed",
 )
 def test_hybrid_recall_with_the_offline_embedder(labelled, tmp_path):
     result = evaluate(MiniLMEmbedder(), tmp_path, labelled)
     assert result["memories"] == 60  # no two labelled memories were merged
-    assert (result["hit@1"], result["hit@5"]) >= (0.40, 0.85), result  # measured .433 .875
-    assert result["keyword_hit@1"] >= 0.80 and result["keyword_hit@5"] >= 0.90, result  # .833 .938
+    # measured .433 .867 (int8; the float model in numpy: .433 .875), keywords .833 .938
+    assert (result["hit@1"], result["hit@5"]) >= (0.40, 0.85), result
+    assert result["keyword_hit@1"] >= 0.80 and result["keyword_hit@5"] >= 0.90, result
 
 
 def test_full_text_recall_alone(labelled, tmp_path):

