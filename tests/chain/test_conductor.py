@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -38,8 +39,10 @@ def scripted_proxy(*args: str) -> str:
 class Chain(RawAgent):
     """A conductor subprocess, driven with raw bytes, with its trace at hand."""
 
-    def __init__(self, tmp_path: Path, *components: str, mode: str = "agent") -> None:
-        self.trace_path = tmp_path / f"trace-{time.monotonic_ns()}.jsonl"
+    def __init__(
+        self, tmp_path: Path, *components: str, mode: str = "agent", trace_path: Path | None = None
+    ) -> None:
+        self.trace_path = trace_path or tmp_path / f"trace-{time.monotonic_ns()}.jsonl"
         super().__init__([*CONDUCTOR, mode, "--trace", str(self.trace_path), *components])
 
     def hops(self) -> list[dict[str, Any]]:
@@ -647,3 +650,24 @@ def test_an_agent_put_where_a_proxy_goes_is_named(chains: Any) -> None:
     assert response["error"]["message"].startswith("proxy-0 (")
     assert "refused _proxy/initialize" in response["error"]["message"]
     assert "not an ACP proxy" in response["error"]["message"]
+
+
+def test_the_trace_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """--trace holds every message of the chain: made 0600, and an older file that
+    was left open is tightened (it is appended to: what it held is kept)."""
+    older = tmp_path / "older.jsonl"
+    older.write_text('{"kept": true}\n')
+    older.chmod(0o644)
+    old = os.umask(0o022)  # the usual default, with which open() makes files 0644
+    try:
+        made, reused = Chain(tmp_path, ECHO), Chain(tmp_path, ECHO, trace_path=older)
+    finally:
+        os.umask(old)
+    try:
+        assert echo_turn(made) == "Echo: hi" and echo_turn(reused) == "Echo: hi"
+    finally:
+        made.close()
+        reused.close()
+    assert stat.S_IMODE(made.trace_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(older.stat().st_mode) == 0o600
+    assert older.read_text().startswith('{"kept": true}\n') and len(reused.hops()) > 4

@@ -69,10 +69,13 @@ async def _conduct(
     proxies: list[Component], agent: Component | None, trace_path: str | None
 ) -> int:
     from crow.acp.transports.stdio import open_stdio
+    from crow.private import open_private_append
 
     from .conductor import Conductor, Trace
 
     with contextlib.ExitStack() as stack:
-        trace = Trace(stack.enter_context(open(trace_path, "ab"))) if trace_path else None
+        # 0600: the trace holds every prompt, reply and tool output of the chain.
+        trace_file = stack.enter_context(open_private_append(trace_path)) if trace_path else None
+        trace = Trace(trace_file) if trace_file is not None else None
         conductor = Conductor(proxies, agent, trace=trace)
         return await conductor.run(await open_stdio())
