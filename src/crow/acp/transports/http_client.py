@@ -26,6 +26,8 @@ log = logging.getLogger("crow.acp.http")
 
 #: Seconds to connect and to wait for a POST's answer (SSE reads have no limit).
 REQUEST_TIMEOUT_S = 30.0
+#: The largest event an SSE stream may carry: one message, as large as the server takes.
+MAX_EVENT_BYTES = 64 * 1024 * 1024
 
 
 async def connect_url(url: str, *, token: str | None = None) -> Any:
@@ -149,9 +151,13 @@ class HttpClientTransport:
                     if session is not None:
                         self.streams.pop(session, None)  # the next message tries again
                     return
-                async for line in response.aiter_lines():
-                    if line.startswith("data:"):
-                        self._deliver(line[5:].strip().encode(), session)
+                # httpx2's SSE parser: an event may span several data: lines (joined
+                # with newlines), carry other fields, end in CRLF; comments are skipped.
+                # Its event name is not read, as in the TS SDK: every event is a message.
+                events = httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES)
+                async for event in events:
+                    if event.data:
+                        self._deliver(event.data.encode(), session)
         except httpx2.HTTPError as exc:
             log.info("SSE stream ended: %s", exc)
         finally:
