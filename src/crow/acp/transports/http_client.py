@@ -251,6 +251,7 @@ def _refusal(message: Any, session: str | None, status: int, body: str) -> Any:
     when the connection itself is gone or the message was not a request."""
     if not (isinstance(message, dict) and "method" in message and "id" in message):
         return None
+    # Older Crow servers answered an unknown session 404 (now: -32002 on its stream).
     unknown_session = status == 404 and "Acp-Session-Id" in body
     if status in CONNECTION_GONE or (status == 404 and not unknown_session):
         return None

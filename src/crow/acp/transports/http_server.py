@@ -9,13 +9,22 @@ One endpoint (``/acp``):
   ``202``; its response arrives on an SSE stream.  A ``POST`` about a session
   (``session/prompt`` and the others in ``SESSION_METHODS``, or any message with
   ``params.sessionId``) must name it in ``Acp-Session-Id`` too (400 without or
-  mismatched, 404 for a session the agent does not know), as in the TS SDK.
+  mismatched), as in the TS SDK.  A session the agent does not know is no HTTP
+  error: the agent answers the request with -32002 on that session's stream, as
+  the TS SDK's server does (its client takes a 404 for "the connection is gone"
+  and closes it, every other session with it).
+- ``session/load`` and ``session/resume`` may come without ``Acp-Session-Id``
+  (the Python SDK's client sends them so): they are answered on the connection's
+  stream, and so is the rest of that session's traffic until its client opens
+  the session's stream.
 - ``GET`` (``Accept: text/event-stream``) opens the connection's stream or, with
-  ``Acp-Session-Id``, a session's stream.  Messages of a session (its
-  ``session/update``s, the agent's requests about it, responses to ``POST``s
-  that named it) go to that session's stream; the rest to the connection's.
-  A stream with no reader buffers, so a client that reconnects its stream
-  misses nothing.  Idle streams get ``: keepalive`` comments.
+  ``Acp-Session-Id``, a session's stream (any id: a request about an unknown
+  session is answered there).  Messages of a session (its ``session/update``s,
+  the agent's requests about it, responses to ``POST``s that named it) go to
+  that session's stream; the rest to the connection's.  A stream with no reader
+  buffers, so a client that reconnects its stream misses nothing; a session's
+  stream its reader left empty is forgotten.  Idle streams get ``: keepalive``
+  comments.
 - ``DELETE`` ends the connection (``202``).
 - A WebSocket on the same path is one connection: a text frame per message.
 
@@ -87,8 +96,9 @@ SESSION_METHODS = frozenset(
     }
 )
 
-#: Session methods that succeed for an unknown session: the agent answers them.
-IDEMPOTENT = frozenset({"session/close", "session/delete"})
+#: Session methods that may come without ``Acp-Session-Id``: they (re)attach a session,
+#: and the Python SDK's client (agent-client-protocol 0.12) sends them on the connection.
+ATTACH_METHODS = frozenset({"session/load", "session/resume"})
 
 Serve = Callable[["HttpTransport"], Awaitable[None]]
 
@@ -105,13 +115,17 @@ class HttpLimits:
     idle_timeout_s: float = 60.0
     #: Idle SSE streams get a comment this often, so proxies keep them open (§11).
     keepalive_s: float = 15.0
+    #: Session streams a connection may hold with no reader (the TS SDK's limit): each
+    #: request about a new session id makes one, and it holds its answer until read.
+    max_session_streams: int = 1024
 
 
 class _Stream:
     """Output for one SSE stream (or a WebSocket), kept until its reader takes it."""
 
-    def __init__(self, owner: HttpTransport) -> None:
+    def __init__(self, owner: HttpTransport, session_id: str | None) -> None:
         self.owner = owner
+        self.session_id = session_id
         self.frames: deque[bytes] = deque()
         self.ready = asyncio.Event()
         self.reader = False
@@ -158,7 +172,9 @@ class HttpTransport:
     streams: dict[str | None, _Stream] = field(default_factory=dict)  # None: the connection's
     request_sessions: dict[Any, str] = field(default_factory=dict)  # inbound id -> session
     direct: dict[Any, asyncio.Future[bytes]] = field(default_factory=dict)  # answered in-body
-    sessions: set[str] = field(default_factory=set)  # Acp-Session-Ids known to be good
+    #: Sessions attached without ``Acp-Session-Id`` whose stream was never opened:
+    #: their traffic goes to the connection's stream meanwhile.
+    unopened: set[str] = field(default_factory=set)
     buffered: int = 0  # bytes written and not yet taken by a reader
     over_since: float | None = None  # when ``buffered`` went past the limit
     last_taken: float = 0.0  # when a reader last took output
@@ -171,8 +187,29 @@ class HttpTransport:
     def stream(self, session_id: str | None) -> _Stream:
         stream = self.streams.get(session_id)
         if stream is None:
-            stream = self.streams[session_id] = _Stream(self)
+            stream = self.streams[session_id] = _Stream(self, session_id)
         return stream
+
+    def session_stream(self, session_id: str) -> _Stream:
+        """Where a message of ``session_id`` goes: its stream, or the connection's
+        while a session attached without ``Acp-Session-Id`` has no stream open."""
+        if session_id in self.unopened:
+            return self.stream(None)
+        return self.stream(session_id)
+
+    def opened(self, stream: _Stream) -> None:
+        """A reader took ``stream``: its session's traffic goes there from now on."""
+        stream.reader = True
+        if stream.session_id is not None:
+            self.unopened.discard(stream.session_id)
+
+    def left(self, stream: _Stream) -> None:
+        """The reader of ``stream`` left: a session's stream with nothing queued is
+        forgotten (one for an unknown session id would otherwise stay forever)."""
+        stream.reader = False
+        key = stream.session_id
+        if key is not None and not stream.frames and self.streams.get(key) is stream:
+            del self.streams[key]
 
     def touch(self) -> None:
         self.last_active = asyncio.get_running_loop().time()
@@ -206,9 +243,10 @@ class HttpTransport:
             end = frame.find(b'"', len(UPDATE_PREFIX))
             session_id = frame[len(UPDATE_PREFIX) : end]
             if end > 0 and b"\\" not in session_id:  # an escaped id: parsed below
-                self.stream(session_id.decode()).put(frame)
+                self.session_stream(session_id.decode()).put(frame)
                 return
         message = orjson.loads(frame)
+        session: Any = None
         if isinstance(message, dict) and "method" not in message:  # a response
             future = self.direct.pop(message.get("id"), None)
             if future is not None and not future.done():
@@ -217,11 +255,12 @@ class HttpTransport:
             session = self.request_sessions.pop(_key(message.get("id")), None)
         elif isinstance(message, dict):
             session = _session_of(message)
-        else:
-            session = None
-        self.stream(session if isinstance(session, str) else None).put(frame)
+        stream = self.session_stream(session) if isinstance(session, str) else self.stream(None)
+        stream.put(frame)
 
     def _check_backlog(self) -> None:
+        if len(self.streams) > self.limits.max_session_streams:
+            self._check_unread_streams()
         limit = self.limits.max_buffered_bytes
         if self.buffered <= limit:
             return
@@ -237,6 +276,15 @@ class HttpTransport:
             self.drop(
                 f"the client fell behind: over {limit} bytes of output unread; "
                 "resume the session on a new connection with replayFrom _crow/after"
+            )
+
+    def _check_unread_streams(self) -> None:
+        limit = self.limits.max_session_streams
+        unread = sum(1 for s in self.streams.values() if s.frames and not s.reader)
+        if unread > limit:
+            self.drop(
+                f"over {limit} session streams hold output nobody reads: open each "
+                "session's stream (GET with Acp-Session-Id) or use fewer sessions"
             )
 
     def taken(self, size: int) -> None:
@@ -281,6 +329,32 @@ def _session_of(message: dict[str, Any]) -> str | None:
     return session if isinstance(session, str) else None
 
 
+def _session_route(
+    transport: HttpTransport, message: dict[str, Any], header: str | None
+) -> str | Response | None:
+    """The session a POST concerns (None: the connection), or why it is refused.
+
+    A session the agent does not know is not refused here: the agent answers the
+    request with -32002, on that session's stream (ACP-V2.md §11, as the TS SDK)."""
+    if "method" not in message:  # a response to the agent: routed by its id
+        return header or None
+    named = _session_of(message)
+    if not header:
+        if message["method"] in ATTACH_METHODS:
+            stream = transport.streams.get(named) if named is not None else None
+            if named is not None and (stream is None or not stream.reader):
+                transport.unopened.add(named)  # answered on the connection's stream
+            return None
+        if named is not None or message["method"] in SESSION_METHODS:
+            return _text(
+                400, f"missing Acp-Session-Id header: {message['method']} concerns a session"
+            )
+        return None
+    if named is not None and named != header:
+        return _text(400, "mismatched Acp-Session-Id: the header and params.sessionId differ")
+    return header
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
@@ -288,9 +362,7 @@ def _is_id(value: Any) -> bool:
 class AcpHttpApp:
     """The ASGI app.
 
-    ``check(scope)`` returns an error response to refuse a request;
-    ``session_exists(id)`` says whether the agent knows a session (without it,
-    every ``Acp-Session-Id`` is taken as known).
+    ``check(scope)`` returns an error response to refuse a request.
     """
 
     def __init__(
@@ -300,13 +372,11 @@ class AcpHttpApp:
         path: str = "/acp",
         limits: HttpLimits | None = None,
         check: Callable[[Scope], Response | None] | None = None,
-        session_exists: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.serve = serve
         self.path = path
         self.limits = limits or HttpLimits()
         self.check = check
-        self.session_exists = session_exists
         self.connections: dict[str, HttpTransport] = {}
         self.gone: OrderedDict[str, str] = OrderedDict()  # ended connection -> why
         self.tasks: set[asyncio.Task[None]] = set()
@@ -438,41 +508,13 @@ class AcpHttpApp:
         transport = self._connection(request)
         if isinstance(transport, Response):
             return transport
-        session = await self._session_route(transport, message, request.headers.get(SESSION_HEADER))
+        session = _session_route(transport, message, request.headers.get(SESSION_HEADER))
         if isinstance(session, Response):
             return session
         if session and "method" in message and _is_id(message.get("id")):
             transport.request_sessions[_key(message["id"])] = session
         transport.inbound.put_nowait(body)
         return Response(status_code=202)
-
-    async def _session_route(
-        self, transport: HttpTransport, message: dict[str, Any], header: str | None
-    ) -> str | Response | None:
-        """The session a POST concerns, or why it is refused."""
-        if "method" not in message:  # a response to the agent: routed by its id
-            return header or None
-        named = _session_of(message)
-        if not header:
-            if named is not None or message["method"] in SESSION_METHODS:
-                return _text(
-                    400, f"missing Acp-Session-Id header: {message['method']} concerns a session"
-                )
-            return None
-        if named is not None and named != header:
-            return _text(400, "mismatched Acp-Session-Id: the header and params.sessionId differ")
-        if message["method"] not in IDEMPOTENT and not await self._known(transport, header):
-            return _text(404, f"unknown Acp-Session-Id {header[:80]!r}")
-        return header
-
-    async def _known(self, transport: HttpTransport, session: str) -> bool:
-        """Whether the agent knows ``session`` (remembered per connection once it does)."""
-        if session in transport.sessions:
-            return True
-        if self.session_exists is not None and not await self.session_exists(session):
-            return False
-        transport.sessions.add(session)
-        return True
 
     async def _initialize(self, message: dict[str, Any], body: bytes) -> Response:
         if message.get("method") != "initialize" or "id" not in message:
@@ -513,12 +555,10 @@ class AcpHttpApp:
         if isinstance(transport, Response):
             return transport
         session = request.headers.get(SESSION_HEADER) or None
-        if session is not None and not await self._known(transport, session):
-            return _text(404, f"unknown Acp-Session-Id {session[:80]!r}")
         stream = transport.stream(session)
         if stream.reader:
             return _text(409, "this stream already has a reader")
-        stream.reader = True
+        transport.opened(stream)
         return StreamingResponse(
             _events(stream),
             media_type="text/event-stream",
@@ -613,7 +653,7 @@ async def _events(stream: _Stream) -> AsyncIterator[bytes]:
             if frames:
                 yield b"".join([b"data: " + frame + b"\n\n" for frame in frames])
     finally:
-        stream.reader = False  # a reconnecting reader gets what is still queued
+        stream.owner.left(stream)  # a reconnecting reader gets what is still queued
         stream.owner.touch()
 
 
