@@ -298,6 +298,34 @@ def test_a_lone_surrogate_in_a_prompt_is_refused_at_the_request(
     assert "result" in reply, reply
 
 
+BIG_ID = 123456789012345678901234567890  # past 64 bits: orjson would read a float
+
+
+@pytest.mark.parametrize("init", [V2_INIT, V1_INIT], ids=["v2", "v1"])
+def test_ids_are_echoed_exactly_and_objects_or_arrays_are_invalid(
+    crow_raw: Start, init: dict[str, Any]
+):
+    """JSON-RPC ids are strings or numbers: a big integer comes back as the same
+    integer (it came back 1.2345678901234568e+29 on v1), an object or array id is
+    -32600 with id null on v1 as on v2 (v1 answered them with a result)."""
+    agent = initialized(crow_raw(), init)
+    for rid in (BIG_ID, -(2**70), 2**64, "007"):
+        agent.write(request(rid, "session/list", {}))
+        reply = replies_until(agent, rid)[-1]
+        assert "result" in reply and type(reply["id"]) is type(rid)
+    assert str(BIG_ID).encode() in b"".join(agent.raw_stdout)
+    for rid in ({"a": 1}, [1], True, 1.5, None):
+        agent.write(request(rid, "session/list", {}))
+        reply = agent.recv()
+        assert reply["id"] is None and reply["error"]["code"] == INVALID_REQUEST, (rid, reply)
+    # A response with such an id answers nothing of ours: dropped, the agent lives.
+    agent.write(line({"jsonrpc": "2.0", "id": {"a": 1}, "result": {}}))
+    if init is V2_INIT:
+        probe(agent)
+    else:
+        v1_probe(agent)
+
+
 # ---- 4. params as an array ------------------------------------------------------------
 def test_params_as_an_array_is_invalid_params(start: Start):
     agent = start()
