@@ -293,6 +293,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         limits = HttpLimits(
             idle_timeout_s=config.server.idle_timeout_s,
+            init_timeout_s=config.server.init_timeout_s,
             max_buffered_bytes=int(config.server.max_buffered_mib * 1024 * 1024),
             max_output_stall_s=config.server.max_output_stall_s,
         )

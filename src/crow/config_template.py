@@ -116,6 +116,7 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 # allowed_origins = ["https://my-editor.example"]   # web pages allowed to connect
 # allowed_hosts = ["crow.lan"]   # Host names accepted besides the bound address
 # idle_timeout_s = 60      # an HTTP connection with no request and no open stream expires
+# init_timeout_s = 10      # a WebSocket that has not initialized by then is closed
 # max_buffered_mib = 16    # a client this far behind that reads nothing for
 # max_output_stall_s = 5   #   this long is dropped (it resumes with its cursor)
 # shutdown_grace_s = 30    # on SIGTERM: connections close, running turns get this long

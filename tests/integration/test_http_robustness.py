@@ -280,13 +280,51 @@ def test_an_idle_event_stream_gets_keepalive_comments_and_then_its_events(start)
         assert json.loads(answer[5:])["id"] == 2
 
 
+WS_INIT = json.dumps({**INIT, "id": "init"})
+
+
 async def test_a_websocket_past_the_connection_limit_is_told_503(start):
     server = start(max_connections=1)
-    async with asyncio.timeout(20), connect(server.ws_url, max_size=None):
+    async with asyncio.timeout(20), connect(server.ws_url, max_size=None) as first:
+        await first.send(WS_INIT)
+        assert json.loads(await first.recv())["id"] == "init"
         with pytest.raises(InvalidStatus) as refused:
             await connect(server.ws_url, max_size=None)
     assert refused.value.response.status_code == 503
     assert b"too many connections" in refused.value.response.body
+
+
+async def test_a_websocket_that_never_initializes_is_closed_after_init_timeout(start):
+    """[server] init_timeout_s: a socket that says nothing goes (1008, with why); one
+    that initialized stays."""
+    server = start(init_timeout_s=0.5)
+    async with (
+        asyncio.timeout(20),
+        connect(server.ws_url, max_size=None) as silent,
+        connect(server.ws_url, max_size=None) as talking,
+    ):
+        await talking.send(WS_INIT)
+        assert json.loads(await talking.recv())["id"] == "init"
+        with pytest.raises(ConnectionClosed) as closed:
+            await silent.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert "no initialize within 0.5 s" in closed.value.rcvd.reason
+        await asyncio.sleep(1.0)  # past the timeout: the initialized one lives on
+        await talking.send(json.dumps(rpc("list", "session/list")))
+        assert json.loads(await talking.recv())["id"] == "list"
+
+
+async def test_silent_websockets_do_not_lock_other_clients_out(start):
+    """Connections waiting to initialize have a budget of their own, and the oldest
+    silent one makes room: 256 silent sockets held every client out with 503."""
+    server = start(max_connections=2, max_pending_connections=2, init_timeout_s=60)
+    async with contextlib.AsyncExitStack() as sockets, asyncio.timeout(30):
+        for _ in range(6):
+            await sockets.enter_async_context(connect(server.ws_url, max_size=None))
+        for url in (server.ws_url, server.url):
+            client = await client_for(url)
+            assert await client.list_sessions() is not None
+            await client.aclose()
 
 
 def test_a_connection_with_an_open_stream_does_not_expire(start):

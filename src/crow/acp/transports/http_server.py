@@ -35,7 +35,11 @@ stays four times that far behind that long) is dropped, so a stalled reader
 neither grows the server without bound nor slows the turn for the session's
 other watchers; it can come back and resume with its ``_crow/after`` cursor.
 An HTTP connection with no request and no open stream for ``idle_timeout_s``
-expires.
+expires.  A WebSocket that has not initialized within ``init_timeout_s`` is
+closed (1008).  Connections waiting for their initialize answer count against
+``max_pending_connections``, not ``max_connections``, and when that is full the
+oldest silent WebSocket makes room: clients that connect and say nothing cannot
+lock the others out.
 
 The app knows nothing of agents: ``serve`` is called with each new
 connection's transport and serves it until it ends.  Authentication and the
@@ -113,6 +117,11 @@ class HttpLimits:
     max_output_stall_s: float = 5.0
     #: An HTTP connection with no request and no open stream for this long expires.
     idle_timeout_s: float = 60.0
+    #: A WebSocket whose initialize has not been answered this long after it opened
+    #: is closed.
+    init_timeout_s: float = 10.0
+    #: Connections not yet initialized (counted apart from ``max_connections``).
+    max_pending_connections: int = 64
     #: Idle SSE streams get a comment this often, so proxies keep them open (§11).
     keepalive_s: float = 15.0
     #: Session streams a connection may hold with no reader (the TS SDK's limit): each
@@ -180,6 +189,9 @@ class HttpTransport:
     last_taken: float = 0.0  # when a reader last took output
     last_active: float = 0.0
     closed: bool = False
+    #: Its initialize was answered with a result (an HTTP connection exists only then).
+    initialized: bool = False
+    initializing: set[Any] = field(default_factory=set)  # ids of initialize requests seen
     dropped: str | None = None  # why the connection was dropped, if it was
     close_code: int = 1000  # for a WebSocket
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -233,10 +245,32 @@ class HttpTransport:
             stream = self.stream(None)
             for frame in frames:
                 stream.put(frame)
+                if self.initializing:
+                    self._check_initialized(frame)
         else:
             for frame in frames:
                 self._route(frame)
         self._check_backlog()
+
+    def received(self, frame: bytes) -> None:
+        """An inbound frame of a WebSocket: an initialize is noted, to see its answer."""
+        if not self.initialized and b'"initialize"' in frame:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                message = orjson.loads(frame)
+                if isinstance(message, dict) and message.get("method") == "initialize":
+                    self.initializing.add(_key(message.get("id")))
+        self.inbound.put_nowait(frame)
+
+    def _check_initialized(self, frame: bytes) -> None:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            message = orjson.loads(frame)
+            if (
+                isinstance(message, dict)
+                and "result" in message
+                and _key(message.get("id")) in self.initializing
+            ):
+                self.initialized = True
+                self.initializing.clear()
 
     def _route(self, frame: bytes) -> None:
         if frame.startswith(UPDATE_PREFIX):  # most frames: no need to parse them
@@ -414,15 +448,22 @@ class AcpHttpApp:
     # ---- connections --------------------------------------------------------------
     def _open(self, *, websocket: bool = False) -> HttpTransport | Response:
         self._start_reaper()
-        if len(self.connections) >= self.limits.max_connections:
+        self._make_pending_room()
+        refusal = self._over_limit()
+        if refusal is not None:
             self._expire_idle()
-        if len(self.connections) >= self.limits.max_connections:
-            return _text(503, f"too many connections (limit {self.limits.max_connections})")
+            refusal = self._over_limit()
+        if refusal is not None:
+            return _text(503, refusal)
         transport = HttpTransport(
             id=secrets.token_urlsafe(16), limits=self.limits, websocket=websocket
         )
         transport.touch()
         self.connections[transport.id] = transport
+        if websocket:
+            asyncio.get_running_loop().call_later(
+                self.limits.init_timeout_s, self._check_init, transport
+            )
 
         async def run() -> None:
             try:
@@ -437,6 +478,32 @@ class AcpHttpApp:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return transport
+
+    def _over_limit(self) -> str | None:
+        """Why a new connection is refused now, if it is."""
+        pending = sum(1 for t in self.connections.values() if not t.initialized)
+        if pending >= self.limits.max_pending_connections:
+            limit = self.limits.max_pending_connections
+            return f"too many connections waiting for initialize (limit {limit})"
+        if len(self.connections) - pending >= self.limits.max_connections:
+            return f"too many connections (limit {self.limits.max_connections})"
+        return None
+
+    def _make_pending_room(self) -> None:
+        """Drop the oldest WebSocket still waiting to initialize while the pending
+        budget is full (an initialize POST in flight is bounded by its own wait)."""
+        pending = [t for t in self.connections.values() if not t.initialized]
+        if len(pending) < self.limits.max_pending_connections:
+            return
+        silent = next((t for t in pending if t.websocket and not t.initializing), None)
+        if silent is not None:
+            silent.drop("no initialize yet, and newer connections need the room")
+            self._forget(silent, None)
+
+    def _check_init(self, transport: HttpTransport) -> None:
+        if not (transport.initialized or transport.closed):
+            limit = self.limits.init_timeout_s
+            transport.drop(f"no initialize within {limit:g} s of connecting")
 
     def _forget(self, transport: HttpTransport, why: str | None) -> None:
         """Free the connection's slot; ``why`` (or its drop reason) stays as a tombstone."""
@@ -538,6 +605,7 @@ class AcpHttpApp:
         if b'"error"' in frame and orjson.loads(frame).get("error") is not None:
             self._fail(transport)  # a failed initialize opens no connection
             return Response(frame, 200, media_type="application/json")
+        transport.initialized = True
         return Response(
             frame, 200, media_type="application/json", headers={"Acp-Connection-Id": transport.id}
         )
@@ -607,7 +675,7 @@ class AcpHttpApp:
                 if len(text) > self.limits.max_message_bytes:
                     transport.close_code = 1009
                     break
-                transport.inbound.put_nowait(text.encode())
+                transport.received(text.encode())
         except Exception as exc:  # a broken socket ends its connection, nothing more
             log.debug("WebSocket %s: %s", transport.id, exc)
         finally:
