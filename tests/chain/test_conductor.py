@@ -481,6 +481,32 @@ def test_a_component_that_dies_takes_the_chain_down_with_a_reason(chains: Any) -
     assert chain.proc.wait(timeout=10) == 1
 
 
+@pytest.mark.parametrize("proxies", [[], [PASS]], ids=["agent-alone", "behind-a-proxy"])
+def test_an_agent_that_never_answers_initialize_times_out_with_its_name(
+    proxies: list[str],
+) -> None:
+    """--init-timeout: the client is answered -32603 naming the silent component and its
+    last stderr line (it waited forever), and the conductor exits 1."""
+    hung = shlex.join(
+        [
+            PY,
+            "-c",
+            "import sys, time; print('loading weights', file=sys.stderr, flush=True); "
+            "sys.stdin.readline(); time.sleep(600)",
+        ]
+    )
+    chain = RawAgent([*CONDUCTOR, "agent", "--init-timeout", "1", *proxies, hung])
+    try:
+        response, _ = chain.request("initialize", V2)
+        error = response["error"]
+        assert error["code"] == -32603 and error["data"]["component"] == "agent"
+        assert error["message"].startswith(f"the chain's agent ({hung}) did not answer")
+        assert "within 1 s: loading weights" in error["message"]
+        assert chain.proc.wait(timeout=20) == 1
+    finally:
+        chain.close()
+
+
 def test_a_component_that_cannot_start_fails_initialize(chains: Any) -> None:
     chain = chains("/nonexistent/agent --flag")
     response, _ = chain.request("initialize", V2)
