@@ -352,7 +352,8 @@ class Conductor:
             self.proxies.append(await self._spawn(spec, f"proxy-{i}"))
 
     async def _spawn(self, spec: Component, name: str) -> Link:
-        env = children.tagged_env({**os.environ, **spec.env}, f"conductor-{name}")
+        label = f"conductor-{name}"
+        env = children.tagged_env({**os.environ, **spec.env}, label)
         try:
             process = await asyncio.create_subprocess_exec(
                 *spec.argv,
@@ -369,7 +370,7 @@ class Conductor:
                 f"cannot start {name} ({spec}): {exc.strerror or exc}",
                 data={"component": name, "command": list(spec.argv)},
             ) from None
-        children.register(process.pid)
+        children.register(process.pid, label=label)
         assert process.stdout is not None and process.stdin is not None
         link = Link(
             name, StdioTransport(process.stdout, process.stdin, process=process), self.trace

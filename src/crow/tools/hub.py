@@ -291,7 +291,8 @@ def _adopt(server: _Server) -> None:
     if server.label is not None:
         server.pgid = children.child_with(server.label)
         if server.pgid is not None:
-            children.register(server.pgid)  # start_new_session: its pid is its group's id
+            # start_new_session: its pid is its group's id
+            children.register(server.pgid, label=server.label)
 
 
 def _release(server: _Server) -> None:
