@@ -79,13 +79,14 @@ class ToolCalls:
 
 @dataclass(frozen=True, kw_only=True)
 class Error:
-    """An HTTP error with an OpenAI-style body, and a Retry-After header when set."""
+    """An HTTP error with an OpenAI-style body, and a Retry-After header when set (a
+    number of seconds, or a str sent as it is: an HTTP date)."""
 
     status: int = 500
     message: str = "scripted failure"
     code: str | None = None
     type: str = "server_error"
-    retry_after: float | None = None
+    retry_after: float | str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -476,8 +477,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, reply: Error) -> None:
         headers = {}
-        if reply.retry_after is not None:
-            ra = reply.retry_after
+        ra = reply.retry_after
+        if isinstance(ra, str):
+            headers["Retry-After"] = ra
+        elif ra is not None:
             headers["Retry-After"] = str(int(ra)) if float(ra).is_integer() else str(ra)
         body = {"error": {"message": reply.message, "type": reply.type, "code": reply.code}}
         self._send_json(reply.status, body, headers)

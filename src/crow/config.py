@@ -121,7 +121,7 @@ class ModelSpec:
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     attempts: int = 3  # per model, before falling to the next one
-    backoff_s: float = 0.5  # doubled after each failed attempt
+    backoff_s: float = 0.5  # the first wait's limit, doubled per failure (models.router)
     timeout_s: float = 300.0  # one model request, first byte to last
 
 

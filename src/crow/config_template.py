@@ -123,7 +123,8 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)
-backoff_s = 0.5       # first pause; doubled after each failure
+backoff_s = 0.5       # the first pause is a random time up to this, the limit doubling
+                      # after each failure, at most 8 s; a server's Retry-After (<= 60 s) wins
 timeout_s = 300       # one model request
 """
 

@@ -49,14 +49,15 @@ def test_the_status_line_says_a_retry_and_is_gone_before_the_reply(
     crow_home: Path, scripted_model: Any, tmp_path: Path
 ) -> None:
     write_config(crow_home, scripted_model.base_url, retry_attempts=3)
-    config = crow_home / "config.toml"
-    config.write_text(config.read_text().replace("backoff_s = 0.01", "backoff_s = 1.5"))
-    scripted_model.script(Error(status=503, message="loading"), Text(text="done at last"))
+    scripted_model.script(
+        Error(status=503, message="loading", retry_after=1.5), Text(text="done at last")
+    )
     env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
     terminals = Terminals(env, tmp_path, TIMEOUT)
     try:
         child = terminals.start("run", "hi")
-        child.expect(r"retrying main \(2/3\)…")
+        # The wait is shown: the server's Retry-After here.
+        child.expect(r"retrying main in 1\.5 s, as the server asked \(2/3\)…")
         child.expect("\x1b\\[K")  # erased, then the reply
         child.expect("done at last")
         child.expect(pexpect.EOF)

@@ -365,8 +365,10 @@ class Turn:
                     "info",
                 )
             elif isinstance(event, Retrying):
+                asked = ", as the server asked" if event.asked else ""
                 session.notice(
-                    f"retrying {event.model} ({event.attempt}/{event.attempts})",
+                    f"retrying {event.model} in {_seconds(event.delay_s)}{asked} "
+                    f"({event.attempt}/{event.attempts})",
                     "warning",
                     description=event.reason,
                 )
@@ -507,3 +509,11 @@ def _accumulate(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
 
 def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
     return len(orjson.dumps(messages)) // 4
+
+
+def _seconds(value: float) -> str:
+    """A wait for people: "0.3 s", "4 s", "1 min 30 s"."""
+    if value < 10:
+        return f"{value:.1f} s"
+    minutes, seconds = divmod(round(value), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
