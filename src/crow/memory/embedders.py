@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from ..tls import client_context
 from .minilm import MODEL_NAME, find_model_dir
 
 if TYPE_CHECKING:
@@ -87,7 +88,11 @@ class OpenAIEmbedder:
             key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
             # One quick attempt: a turn must not wait long on memory.
             self._client = openai.OpenAI(
-                base_url=self.url, api_key=key or "none", max_retries=0, timeout=15.0
+                base_url=self.url,
+                api_key=key or "none",
+                max_retries=0,
+                timeout=15.0,
+                http_client=openai.DefaultHttpxClient(verify=client_context()),
             )
         assert isinstance(self._client, openai.OpenAI)
         try:

@@ -28,6 +28,7 @@ import aiohttp
 import orjson
 
 from ..redact import redact, redact_url
+from ..tls import client_context
 from .errors import ModelError, ModelUnreachable, retry_after_s, status_error
 
 __all__ = ["ModelHttp"]
@@ -72,7 +73,9 @@ class ModelHttp:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=self._max_connections, keepalive_timeout=self._keepalive_s
+                limit=self._max_connections,
+                keepalive_timeout=self._keepalive_s,
+                ssl=client_context(),  # the one trust source of every client (crow.tls)
             )
             # No trust_env: it reads the whole environment for proxies, and .netrc in a
             # thread, on every request; the proxy is found once (proxy_for), and the

@@ -341,7 +341,10 @@ def _http_transport(url: str, headers: dict[str, str]) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    return streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers))
+    from crow.tls import client_context
+
+    client = httpx2.AsyncClient(headers=headers, verify=client_context())
+    return streamable_http_client(url, http_client=client)
 
 
 def _is_tool_level(exc: BaseException) -> bool:
