@@ -14,9 +14,13 @@ from crow.extensions import VERIFY
 
 from .render import verdict_of
 
-__all__ = ["NO_JUDGE", "VerdictWaiter", "can_verify", "verify_meta"]
+__all__ = ["NO_JUDGE", "VerdictWaiter", "can_verify", "no_judge", "verify_meta"]
 
 NO_JUDGE = "--verify needs crow serve's judge; this agent has none"
+NO_JUDGE_V1 = (
+    "--verify has no ACP v1 form: this agent speaks ACP v1 and has no judge; put crow "
+    "proxy judge in front of it (crow conductor agent 'crow proxy judge' 'AGENT ...')"
+)
 
 
 def can_verify(client: ClientSide) -> bool:
@@ -24,6 +28,11 @@ def can_verify(client: ClientSide) -> bool:
     capabilities = getattr(client.agent, "capabilities", None)
     meta = getattr(capabilities, "meta", None)
     return isinstance(meta, dict) and meta.get(VERIFY) is True
+
+
+def no_judge(client: ClientSide) -> str:
+    """Why ``--verify`` cannot be had from this agent, in one line."""
+    return NO_JUDGE_V1 if client.v1 is not None else NO_JUDGE
 
 
 def verify_meta(check: str | None) -> dict[str, Any]:
