@@ -74,7 +74,7 @@ async def test_model_calls_discovery_and_embeddings_trust_crows_one_source(
     try:
         vectors = await asyncio.to_thread(embedder.embed, ["remember me"])  # openai
     finally:
-        embedder._client.close()  # type: ignore[attr-defined]
+        embedder.close()
     assert vectors.shape[0] == 1 and https_model.embedded == ["remember me"]
 
 

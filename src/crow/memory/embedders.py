@@ -9,6 +9,7 @@ beside the vectors, so vectors of two embedders are never compared.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import TYPE_CHECKING, Protocol
@@ -80,6 +81,18 @@ class OpenAIEmbedder:
 
     def load(self) -> None:
         """Nothing to load: the server holds the model."""
+
+    def close(self) -> None:
+        """Close the HTTP client (ours, for Crow's trust source: the SDK closes only
+        the clients it made itself)."""
+        client, self._client = self._client, None
+        close = getattr(client, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
+
+    def __del__(self) -> None:
+        self.close()
 
     def embed(self, texts: list[str]) -> np.ndarray:
         import openai

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import AsyncIterator
 
 import pytest
+import trustme
 
-from crow.acp.transports.http_client import HttpClientTransport
+from crow.acp.transports.http_client import HttpClientTransport, connect_url
 
 INITIALIZED = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": 2}}).encode()
 UPDATE = {
@@ -53,6 +55,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     if head.startswith(b"POST"):
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nAcp-Connection-Id: c1\r\n"
+            + b"Connection: close\r\n"  # one request per connection here
             + b"Content-Length: "
             + str(len(INITIALIZED)).encode()
             + b"\r\n\r\n"
@@ -77,6 +80,45 @@ async def url() -> AsyncIterator[str]:
     port = server.sockets[0].getsockname()[1]
     async with server:
         yield f"http://127.0.0.1:{port}/acp"
+
+
+@pytest.fixture
+def authority() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+async def https_url(authority: trustme.CA) -> AsyncIterator[str]:
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("localhost").configure_cert(served)
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=served)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"https://localhost:{port}/acp"
+
+
+async def test_an_https_endpoint_is_verified_with_the_context_given(
+    https_url: str, authority: trustme.CA
+) -> None:
+    """``tls``: what the caller trusts (crow.tls for the line client), not a library's
+    own default, which knows nothing of this CA."""
+    trusting = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    authority.configure_trust(trusting)
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize"}).encode()
+    transport = await connect_url(https_url, tls=trusting)
+    try:
+        await transport.write_frames([initialize])
+        async with asyncio.timeout(10):
+            assert json.loads(await transport.read_frame() or b"") == json.loads(INITIALIZED)
+            assert json.loads(await transport.read_frame() or b"") == UPDATE
+    finally:
+        await transport.aclose()
+    untrusting = await connect_url(https_url)
+    try:
+        with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+            await untrusting.write_frames([initialize])
+    finally:
+        await untrusting.aclose()
 
 
 async def test_a_multi_line_event_is_one_message(url: str) -> None:
