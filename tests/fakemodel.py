@@ -24,6 +24,7 @@ import math
 import select
 import socket
 import socketserver
+import ssl
 import sys
 import threading
 import time
@@ -79,13 +80,14 @@ class ToolCalls:
 
 @dataclass(frozen=True, kw_only=True)
 class Error:
-    """An HTTP error with an OpenAI-style body, and a Retry-After header when set."""
+    """An HTTP error with an OpenAI-style body, and a Retry-After header when set (a
+    number of seconds, or a str sent as it is: an HTTP date)."""
 
     status: int = 500
     message: str = "scripted failure"
     code: str | None = None
     type: str = "server_error"
-    retry_after: float | None = None
+    retry_after: float | str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +202,11 @@ class ScriptedModel:
         host, port = self._server.server_address[:2]
         self.base_url = f"http://{host}:{port}/v1"
 
+    def use_tls(self, context: ssl.SSLContext) -> None:
+        """Serve HTTPS from now on, with ``context``'s certificate (for localhost)."""
+        self._server.tls = context
+        self.base_url = f"https://localhost:{self._server.server_port}/v1"
+
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> ScriptedModel:
@@ -307,7 +314,14 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, model: ScriptedModel) -> None:
         self.model = model
+        self.tls: ssl.SSLContext | None = None
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def get_request(self) -> tuple[Any, Any]:
+        connection, address = super().get_request()
+        if self.tls is not None:  # a client that refuses the certificate fails here
+            connection = self.tls.wrap_socket(connection, server_side=True)
+        return connection, address
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup: skip it.
@@ -476,8 +490,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error(self, reply: Error) -> None:
         headers = {}
-        if reply.retry_after is not None:
-            ra = reply.retry_after
+        ra = reply.retry_after
+        if isinstance(ra, str):
+            headers["Retry-After"] = ra
+        elif ra is not None:
             headers["Retry-After"] = str(int(ra)) if float(ra).is_integer() else str(ra)
         body = {"error": {"message": reply.message, "type": reply.type, "code": reply.code}}
         self._send_json(reply.status, body, headers)

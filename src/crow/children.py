@@ -18,9 +18,29 @@ one tiny reaper process (this file run as a script, importing nothing of Crow; a
   server spawned by the SDK) and sweep what it left behind (``child_with``,
   ``kill_tagged``).
 
+- A command can leave both its group and the tag behind: ``setsid env -i CMD &``.  So
+  Crow makes itself a child subreaper (Linux ``PR_SET_CHILD_SUBREAPER``): such an orphan
+  becomes Crow's child, not init's, once the shell that started it exits.  Crow looks
+  for such adopted children when a registered group ends, every ``PRUNE_S`` and before
+  it exits, and tells the reaper each one as ``+pPID:START`` (its start time, so a
+  reused pid is never taken for it); the reaper kills them too (the whole group of one
+  that leads its own).  While Crow lives it reaps those that exit, so none stays a
+  zombie.
+
 PID reuse: a group id cannot be reused while any member of the group lives; once the group
 is empty, Crow unregisters it, and the reaper drops a group it finds empty (checked every
-``PRUNE_S``), so it never kills a recycled group id.  The tag is immune to reuse.
+``PRUNE_S``), so it never kills a recycled group id.  The tag is immune to reuse, and an
+adopted pid is named with its start time.
+
+Reaping adopted children must not steal the exit of a child that someone in Crow waits
+for (libuv, under uvloop, never learns of a child reaped behind its back).  So Crow reaps
+only adopted children that it cannot have started itself: untagged ones, those with the
+terminal's tag (its commands are registered before they may run) and those with the tag
+of a child whose group is registered (``register(pgid, label=...)``).  An adopted child
+with another tag is killed with Crow all the same, just not reaped before.
+
+The subreaper flag is set with ``prctl`` through ctypes on the process's own symbols:
+one call, for which no maintained package exists (python-prctl is unmaintained).
 
 Not done: PR_SET_PDEATHSIG on direct children.  It needs ``preexec_fn``, which is unsafe in
 a process with threads (Crow has some), takes away the fast vfork path, fires when the
@@ -32,6 +52,7 @@ Linux is the target: elsewhere the groups are still killed, the tag sweep finds 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import secrets
@@ -56,6 +77,10 @@ TAG_PREFIX = "CROW_CHILD_OF_"
 PRUNE_S = 2.0
 #: Sweeps of tagged processes: each pass kills one generation of forks made meanwhile.
 SWEEP_PASSES = 10
+#: The tag value of terminal commands (``tagged_env``'s default).
+TERMINAL_LABEL = "1"
+#: prctl(2) option: orphaned descendants are reparented to this process, not to init.
+PR_SET_CHILD_SUBREAPER = 36
 
 
 # -- Crow's side ---------------------------------------------------------------------------
@@ -68,6 +93,10 @@ class _Reaper:
         self.token = token
         self.owner = os.getpid()
         self.groups: set[int] = set()
+        #: Adopted children (not registered, not the reaper): pid -> (start time, ours to reap).
+        self.adopted: dict[int, tuple[str, bool]] = {}
+        #: Tag values of children whose group is registered: their orphans may be reaped.
+        self.settled: set[str] = {TERMINAL_LABEL}
         self.proc: subprocess.Popen[bytes] | None = None
         self._restart()
 
@@ -105,7 +134,9 @@ class _Reaper:
             self.proc = None
         try:
             self.proc = self._spawn()
-            self._write("".join(f"+{pgid}\n" for pgid in self.groups))
+            told = [f"+{pgid}\n" for pgid in self.groups]
+            told += [f"+p{pid}:{start}\n" for pid, (start, _) in self.adopted.items()]
+            self._write("".join(told))
         except OSError as exc:  # no fork today: children still start, unguarded; retried later
             log.warning("cannot start the reaper of child processes: %s", exc)
 
@@ -118,8 +149,32 @@ class _Reaper:
     def _write(self, text: str) -> None:
         if self.proc is None or self.proc.stdin is None or self.proc.stdin.closed:
             raise BrokenPipeError("no reaper")
-        if text:
-            os.write(self.proc.stdin.fileno(), text.encode())  # < PIPE_BUF: one atomic write
+        data = text.encode()
+        while data:  # a line is < PIPE_BUF: written whole, the reaper never sees half of one
+            written = os.write(self.proc.stdin.fileno(), data)
+            data = data[written:]
+
+    def adopt(self) -> None:
+        """Tell the reaper the children Crow adopted, and reap those that have ended."""
+        reaper_pid = self.proc.pid if self.proc is not None else None
+        for pid in _direct_children():
+            if pid in self.groups or pid == reaper_pid or pid in self.adopted:
+                continue
+            start = _start_of(pid)
+            if start is None:
+                continue  # gone, or ended before it was seen: not known to be ours to reap
+            label = _label(pid, self.tag)
+            self.adopted[pid] = (start, label is None or label in self.settled)
+            self.send(f"+p{pid}:{start}\n")
+        for pid, (start, reapable) in list(self.adopted.items()):
+            state = _state(pid, start)
+            if state == "Z" and reapable:
+                with suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
+                state = None
+            if state is None:
+                del self.adopted[pid]
+                self.send(f"-p{pid}\n")
 
 
 _lock = threading.Lock()
@@ -130,8 +185,45 @@ def _ensure() -> _Reaper:
     """The reaper, started on first use (with the lock held)."""
     global _reaper
     if _reaper is None or _reaper.owner != os.getpid():
+        _become_subreaper()
         _reaper = _Reaper(f"{os.getpid()}_{secrets.token_hex(4)}")
+        threading.Thread(target=_adopt_every, args=(_reaper,), daemon=True).start()
+        atexit.register(adopt_orphans)
     return _reaper
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants become this process's children (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        log.warning(
+            "cannot become a child subreaper (%s): a command that leaves its group "
+            "with a scrubbed environment may outlive Crow",
+            os.strerror(ctypes.get_errno()),
+        )
+
+
+def _adopt_every(reaper: _Reaper) -> None:
+    """Look for adopted children every ``PRUNE_S``, for this reaper's life."""
+    while True:
+        time.sleep(PRUNE_S)
+        with _lock:
+            if _reaper is not reaper:
+                return  # replaced (after a fork): the new one has its own thread
+            reaper.adopt()
+
+
+def adopt_orphans() -> None:
+    """Tell the reaper the children this process adopted (and reap the ended ones): call
+    before leaving through ``os._exit``, which skips the ``atexit`` hook doing it."""
+    with _lock:
+        reaper = _reaper
+        if reaper is not None and reaper.owner == os.getpid():
+            reaper.adopt()
 
 
 def _forget_in_child() -> None:
@@ -156,12 +248,17 @@ def tagged_env(base: Mapping[str, str], label: str = "1") -> dict[str, str]:
     return env
 
 
-def register(pgid: int) -> None:
-    """Kill group ``pgid`` when this process dies, until ``unregister``."""
+def register(pgid: int, *, label: str | None = None) -> None:
+    """Kill group ``pgid`` when this process dies, until ``unregister``.  ``label``: the
+    tag value its leader was started with (``tagged_env``), when not the terminal's."""
     with _lock:
         reaper = _ensure()
         reaper.groups.add(pgid)
+        if label is not None:
+            reaper.settled.add(label)
         reaper.send(f"+{pgid}\n")
+        if reaper.adopted.pop(pgid, None) is not None:  # seen before it was registered
+            reaper.send(f"-p{pgid}\n")
 
 
 def unregister(pgid: int) -> None:
@@ -172,6 +269,7 @@ def unregister(pgid: int) -> None:
             return
         reaper.groups.discard(pgid)
         reaper.send(f"-{pgid}\n")
+        reaper.adopt()  # what the group left behind may have just become ours
 
 
 def _tag() -> str | None:
@@ -210,7 +308,50 @@ def _direct_children() -> Iterator[int]:
         yield from (int(pid) for pid in listed.split())
 
 
+def _label(pid: int, tag: str) -> str | None:
+    """The value of ``tag`` in the environment of ``pid``; None without it."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    prefix = f"{tag}=".encode()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")
+    return None
+
+
 # -- shared by both sides ------------------------------------------------------------------
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first); None if gone.
+
+    Here rather than from ``crow.proc``: the reaper runs this file alone, importing nothing."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def _start_of(pid: int) -> str | None:
+    """The start time of a live (not zombie) process; None otherwise."""
+    fields = _stat(pid)
+    if fields is None or len(fields) < 20 or fields[0] == b"Z":
+        return None
+    return fields[19].decode()
+
+
+def _state(pid: int, start: str) -> str | None:
+    """The state letter of the process ``pid`` that started at ``start``; None once it
+    is gone (or the pid names another process)."""
+    fields = _stat(pid)
+    if fields is None or len(fields) < 20 or fields[19].decode() != start:
+        return None
+    return fields[0].decode()
 
 
 def _needle(tag: str, label: str | None = None) -> bytes:
@@ -270,8 +411,16 @@ def live_groups(groups: set[int]) -> set[int]:
     return {pgid for pgid in groups if group_exists(pgid)}
 
 
-def _apply(line: bytes, groups: set[int]) -> None:
+def _apply(line: bytes, groups: set[int], adopted: dict[int, str]) -> None:
     with suppress(ValueError):
+        if line[1:2] == b"p":  # +pPID:START, -pPID: a child Crow adopted
+            pid_text, _, start = line[2:].partition(b":")
+            pid = int(pid_text)
+            if line[:1] == b"+" and pid > 1 and start:
+                adopted[pid] = start.decode()
+            elif line[:1] == b"-":
+                adopted.pop(pid, None)
+            return
         pgid = int(line[1:])
         if pgid > 1 and line[:1] == b"+":
             groups.add(pgid)
@@ -279,11 +428,26 @@ def _apply(line: bytes, groups: set[int]) -> None:
             groups.discard(pgid)
 
 
+def _kill_adopted(adopted: dict[int, str]) -> None:
+    """SIGKILL each adopted child still running (the same process: its start time), with
+    its group when it leads one (a daemon's workers)."""
+    for pid, start in adopted.items():
+        fields = _stat(pid)
+        if fields is None or len(fields) < 20 or fields[19].decode() != start:
+            continue
+        with suppress(OSError):
+            if int(fields[2]) == pid:  # field 5, the group: it leads its own
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+
+
 def reap(token: str, stdin: int = 0, prune_s: float = PRUNE_S) -> None:
     """The reaper's life: follow the registrations until end-of-file, then kill."""
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     groups: set[int] = set()
+    adopted: dict[int, str] = {}
     pending = b""
     pruned = time.monotonic()
     while True:
@@ -294,13 +458,14 @@ def reap(token: str, stdin: int = 0, prune_s: float = PRUNE_S) -> None:
                 break
             *lines, pending = (pending + data).split(b"\n")
             for line in lines:
-                _apply(line, groups)
+                _apply(line, groups, adopted)
         if time.monotonic() - pruned >= prune_s:
             groups = live_groups(groups)  # an empty group's id may be recycled: forget it
             pruned = time.monotonic()
     for pgid in groups:
         with suppress(OSError):
             os.killpg(pgid, signal.SIGKILL)
+    _kill_adopted(adopted)
     _sweep(_needle(TAG_PREFIX + token))
 
 

@@ -57,12 +57,20 @@ def run() -> None:
     from .imports import importing
 
     if importing():  # an import thread must not meet the interpreter's finalization
+        _tell_the_reaper()
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
     sys.exit(code)
+
+
+def _tell_the_reaper() -> None:
+    """Before ``os._exit`` (which skips the atexit hook doing it): the children this
+    process adopted are told to its reaper, so they die with it (crow.children)."""
+    if "crow.children" in sys.modules:
+        sys.modules["crow.children"].adopt_orphans()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -276,6 +284,7 @@ def _exit_now(code: int) -> NoReturn:
     """Exit as soon as the server has shut down, skipping the interpreter's teardown:
     with the model and MCP SDKs loaded it takes ~0.8 s, and a client that closed
     our stdin waits for the exit (the v1 SDK kills the agent after 2 s)."""
+    _tell_the_reaper()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -301,6 +310,7 @@ def _serve_http(config: Any, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     limits = HttpLimits(
         idle_timeout_s=config.server.idle_timeout_s,
+        init_timeout_s=config.server.init_timeout_s,
         max_buffered_bytes=int(config.server.max_buffered_mib * 1024 * 1024),
         max_output_stall_s=config.server.max_output_stall_s,
     )

@@ -125,7 +125,7 @@ class ModelSpec:
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     attempts: int = 3  # per model, before falling to the next one
-    backoff_s: float = 0.5  # doubled after each failed attempt
+    backoff_s: float = 0.5  # the first wait's limit, doubled per failure (models.router)
     timeout_s: float = 300.0  # one model request, first byte to last
 
 
@@ -183,6 +183,7 @@ class ServerSettings:
     allowed_origins: tuple[str, ...] = ()  # web origins allowed to connect
     allowed_hosts: tuple[str, ...] = ()  # Host header names accepted besides the bind address
     idle_timeout_s: float = 60.0  # an HTTP connection with no request and no stream expires
+    init_timeout_s: float = 10.0  # a WebSocket that has not initialized by then is closed
     max_buffered_mib: float = 16.0  # a client this far behind that reads nothing is dropped
     max_output_stall_s: float = 5.0  # ... after this long
     shutdown_grace_s: float = 30.0  # on SIGTERM, running turns get this long to finish
@@ -448,6 +449,9 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
         allowed_hosts=tuple(h.lower() for h in hosts),
         idle_timeout_s=_positive_float(
             source, "server.idle_timeout_s", table.get("idle_timeout_s", defaults.idle_timeout_s)
+        ),
+        init_timeout_s=_positive_float(
+            source, "server.init_timeout_s", table.get("init_timeout_s", defaults.init_timeout_s)
         ),
         max_buffered_mib=_positive_float(
             source,

@@ -121,13 +121,15 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 # allowed_origins = ["https://my-editor.example"]   # web pages allowed to connect
 # allowed_hosts = ["crow.lan"]   # Host names accepted besides the bound address
 # idle_timeout_s = 60      # an HTTP connection with no request and no open stream expires
+# init_timeout_s = 10      # a WebSocket that has not initialized by then is closed
 # max_buffered_mib = 16    # a client this far behind that reads nothing for
 # max_output_stall_s = 5   #   this long is dropped (it resumes with its cursor)
 # shutdown_grace_s = 30    # on SIGTERM: connections close, running turns get this long
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)
-backoff_s = 0.5       # first pause; doubled after each failure
+backoff_s = 0.5       # the first pause is a random time up to this, the limit doubling
+                      # after each failure, at most 8 s; a server's Retry-After (<= 60 s) wins
 timeout_s = 300       # one model request
 """
 

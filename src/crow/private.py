@@ -24,10 +24,12 @@ import logging
 import os
 import stat
 from pathlib import Path
+from typing import IO
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "open_private_append",
     "private_dir",
     "private_file",
     "tighten_file",
@@ -76,6 +78,23 @@ def private_file(path: Path) -> Path:
         finally:
             os.close(fd)
     return path
+
+
+def open_private_append(path: Path | str) -> IO[bytes]:
+    """Open ``path`` to append bytes, as a private file: created 0600, or an
+    existing one tightened first (what it holds is kept).
+
+    For files Crow writes outside its home at a user's request (``crow conductor
+    --trace``: every message of every hop).  Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & _OTHERS:  # an existing file, made wider by something else
+            os.fchmod(fd, mode & ~_OTHERS)
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def tighten_file(path: Path) -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -38,8 +39,10 @@ def scripted_proxy(*args: str) -> str:
 class Chain(RawAgent):
     """A conductor subprocess, driven with raw bytes, with its trace at hand."""
 
-    def __init__(self, tmp_path: Path, *components: str, mode: str = "agent") -> None:
-        self.trace_path = tmp_path / f"trace-{time.monotonic_ns()}.jsonl"
+    def __init__(
+        self, tmp_path: Path, *components: str, mode: str = "agent", trace_path: Path | None = None
+    ) -> None:
+        self.trace_path = trace_path or tmp_path / f"trace-{time.monotonic_ns()}.jsonl"
         super().__init__([*CONDUCTOR, mode, "--trace", str(self.trace_path), *components])
 
     def hops(self) -> list[dict[str, Any]]:
@@ -478,6 +481,32 @@ def test_a_component_that_dies_takes_the_chain_down_with_a_reason(chains: Any) -
     assert chain.proc.wait(timeout=10) == 1
 
 
+@pytest.mark.parametrize("proxies", [[], [PASS]], ids=["agent-alone", "behind-a-proxy"])
+def test_an_agent_that_never_answers_initialize_times_out_with_its_name(
+    proxies: list[str],
+) -> None:
+    """--init-timeout: the client is answered -32603 naming the silent component and its
+    last stderr line (it waited forever), and the conductor exits 1."""
+    hung = shlex.join(
+        [
+            PY,
+            "-c",
+            "import sys, time; print('loading weights', file=sys.stderr, flush=True); "
+            "sys.stdin.readline(); time.sleep(600)",
+        ]
+    )
+    chain = RawAgent([*CONDUCTOR, "agent", "--init-timeout", "1", *proxies, hung])
+    try:
+        response, _ = chain.request("initialize", V2)
+        error = response["error"]
+        assert error["code"] == -32603 and error["data"]["component"] == "agent"
+        assert error["message"].startswith(f"the chain's agent ({hung}) did not answer")
+        assert "within 1 s: loading weights" in error["message"]
+        assert chain.proc.wait(timeout=20) == 1
+    finally:
+        chain.close()
+
+
 def test_a_component_that_cannot_start_fails_initialize(chains: Any) -> None:
     chain = chains("/nonexistent/agent --flag")
     response, _ = chain.request("initialize", V2)
@@ -647,3 +676,24 @@ def test_an_agent_put_where_a_proxy_goes_is_named(chains: Any) -> None:
     assert response["error"]["message"].startswith("proxy-0 (")
     assert "refused _proxy/initialize" in response["error"]["message"]
     assert "not an ACP proxy" in response["error"]["message"]
+
+
+def test_the_trace_file_is_private_whatever_the_umask(tmp_path: Path) -> None:
+    """--trace holds every message of the chain: made 0600, and an older file that
+    was left open is tightened (it is appended to: what it held is kept)."""
+    older = tmp_path / "older.jsonl"
+    older.write_text('{"kept": true}\n')
+    older.chmod(0o644)
+    old = os.umask(0o022)  # the usual default, with which open() makes files 0644
+    try:
+        made, reused = Chain(tmp_path, ECHO), Chain(tmp_path, ECHO, trace_path=older)
+    finally:
+        os.umask(old)
+    try:
+        assert echo_turn(made) == "Echo: hi" and echo_turn(reused) == "Echo: hi"
+    finally:
+        made.close()
+        reused.close()
+    assert stat.S_IMODE(made.trace_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(older.stat().st_mode) == 0o600
+    assert older.read_text().startswith('{"kept": true}\n') and len(reused.hops()) > 4

@@ -42,6 +42,9 @@ FAMILY = "echo $$ > {name}.pid; sleep 300 & echo $! > {name}.child; exec sleep 3
 ESCAPED = "setsid sleep 300 & echo $! > {name}.pid"
 # Starts a grandchild with a scrubbed environment: only its group finds it.
 SCRUBBED = "env -i /bin/sleep 300 & echo $! > {name}.pid"
+# Starts a grandchild that leaves its group and its tag: only Crow, its subreaper, finds it
+# (once the shell exits, it becomes Crow's child).  It forks a worker of its own.
+VANISHED = "setsid env -i /bin/sh -c 'sleep 300 & exec sleep 300' & echo $! > {name}.pid"
 
 
 def gone(pid: int) -> bool:
@@ -184,6 +187,25 @@ def test_the_reaper_ignores_sigint_and_sighup(tmp_path: Path, spawned: list[int]
     group.wait()
 
 
+def test_end_of_file_kills_adopted_children_named_by_pid_and_start_time(
+    tmp_path: Path, spawned: list[int]
+) -> None:
+    adopted = family(tmp_path, FAMILY.format(name="a"))
+    reused = family(tmp_path, "exec sleep 300")  # a pid told with another start time
+    spawned += read_pids(tmp_path, "a.pid", "a.child")
+    start = children._start_of(adopted.pid)
+    process = reaper()
+    tell(process, f"+p{adopted.pid}:{start}\n+p{reused.pid}:1\n+p0:1\n+pnope\n")
+    assert process.stdin is not None
+    process.stdin.close()
+    assert process.wait(timeout=GONE_S) == 0
+    wait_all_gone(spawned)  # its whole group: it leads one
+    assert not gone(reused.pid)
+    reused.kill()
+    for ended in (adopted, reused):
+        ended.wait()
+
+
 def test_only_groups_with_a_member_are_kept(tmp_path: Path) -> None:
     running = family(tmp_path, "exec sleep 300")
     ended = family(tmp_path, "exit 0")
@@ -270,8 +292,10 @@ def test_a_forked_child_does_not_keep_the_reaper_waiting(
     process, reaper_pid = owner(tmp_path, fork)
     spawned += read_pids(tmp_path, "forked.pid", *OWNED)
     kill_9(process)
+    # The reaper ends even though the copy may live on (holding no pipe of Crow's); the
+    # copy itself is Crow's child, so whether it dies too depends on whether Crow had
+    # told the reaper about it yet (every PRUNE_S): not asserted.
     wait_all_gone([*spawned[1:], reaper_pid])
-    assert not gone(spawned[0])  # the copy lives on (it was no child of Crow's making)
 
 
 def test_without_a_reaper_children_still_start_and_it_is_said(tmp_path: Path) -> None:
@@ -333,6 +357,49 @@ def test_kill_9_of_crow_serve_kills_terminal_commands_and_all_they_started(
     agent.proc.kill()
     agent.proc.wait()
     wait_all_gone(spawned)
+
+
+@pytest.mark.parametrize("how", ["kill -9", "end of input"])
+def test_a_command_that_leaves_its_group_and_its_tag_dies_with_crow_serve(
+    crow: Any, scripted_model: Any, tmp_path: Path, spawned: list[int], how: str
+) -> None:
+    """``setsid env -i CMD &``: neither the group nor the tag finds CMD; Crow, a child
+    subreaper, adopts it when the command's shell exits, and it dies with Crow."""
+    command = f"{VANISHED.format(name='vanished')}; sleep 0.2"
+    scripted_model.script(
+        ToolCalls(calls=[("terminal__run", {"command": command})]), Text(text="done")
+    )
+    agent = crow(extra=YOLO)
+    agent.prompt(agent.new_session(str(tmp_path)), "run it")
+    assert until_idle(agent)[-1]["stopReason"] == "end_turn"
+    [pid] = read_pids(tmp_path, "vanished.pid")
+    spawned += [pid, *processes_in(tmp_path)]
+    assert not gone(pid)  # it outlives its command, as background work may
+    if how == "kill -9":
+        agent.proc.kill()
+        agent.proc.wait()
+    else:
+        assert agent.close() == 0
+    wait_all_gone(spawned)
+
+
+def test_an_adopted_child_that_ends_is_reaped_while_crow_serve_runs(
+    crow: Any, scripted_model: Any, tmp_path: Path
+) -> None:
+    """An orphan Crow adopted would stay a zombie of crow serve's: it is reaped."""
+    command = "setsid env -i /bin/sleep 1 & echo $! > brief.pid"
+    scripted_model.script(
+        ToolCalls(calls=[("terminal__run", {"command": command})]), Text(text="done")
+    )
+    agent = crow(extra=YOLO)
+    agent.prompt(agent.new_session(str(tmp_path)), "run it")
+    assert until_idle(agent)[-1]["stopReason"] == "end_turn"
+    [pid] = read_pids(tmp_path, "brief.pid")
+    deadline = time.monotonic() + GONE_S + children.PRUNE_S
+    while os.path.exists(f"/proc/{pid}"):  # a zombie still has its entry
+        assert time.monotonic() < deadline, f"{pid} was never reaped"
+        time.sleep(0.05)
+    assert agent.proc.poll() is None
 
 
 async def test_kill_9_of_the_standalone_terminal_server_kills_its_commands(

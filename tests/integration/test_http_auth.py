@@ -26,6 +26,7 @@ from websockets.asyncio.client import connect
 from crow.acp import schema
 from crow.acp.errors import AUTH_REQUIRED, AcpError
 from crow.acp.transports.http_client import connect_url
+from crow.proc import start_time
 
 CROW = [sys.executable, "-m", "crow"]
 NO_TOOLS = "[tools]\nbuiltin = []\n"
@@ -165,6 +166,7 @@ def test_the_runtime_file_is_private_and_goes_with_the_server(crow_home, scripte
             "url": running.bare_url,
             "token": running.token,
             "pid": running.process.pid,
+            "started": start_time(running.process.pid),
         }
     finally:
         running.stop()  # SIGTERM
@@ -203,6 +205,46 @@ def test_crow_run_and_sessions_find_the_token_in_the_runtime_file(server, script
     elsewhere = crow("sessions", "--url", server.bare_url, CROW_HOME=str(tmp_path / "other"))
     assert elsewhere.returncode == 7
     assert server.token not in elsewhere.stderr
+
+
+#: A stand-in for whatever took the port: it records each request's headers, answers 401.
+RECORDER = """
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        print(dict(self.headers), flush=True)
+        self.send_response(401); self.send_header("Content-Length", "0"); self.end_headers()
+server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.mark.parametrize("reused", ["pid", "port"])
+def test_crow_run_sends_no_token_to_whatever_took_a_dead_servers_port(crow_home, reused):
+    """kill -9 leaves the runtime file; another program takes the port and the pid goes
+    to another process (``reused="pid"``: a live pid with another start time) or stays
+    with a live process that no longer listens there (``"port"``): no token is sent."""
+    recorder = subprocess.Popen([sys.executable, "-c", RECORDER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert recorder.stdout is not None
+        port = int(recorder.stdout.readline())
+        url = f"http://127.0.0.1:{port}/acp"
+        path = crow_home / "run" / f"server-{port}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pid = os.getpid()
+        started = "1" if reused == "pid" else start_time(pid)
+        secret = "the-dead-servers-token"
+        path.write_text(json.dumps({"url": url, "token": secret, "pid": pid, "started": started}))
+        ran = crow("run", "--url", url, "hi")
+        assert ran.returncode == 7
+        recorder.kill()
+        seen = recorder.communicate()[0]
+    finally:
+        recorder.kill()
+        recorder.wait()
+    assert "Content-Type" in seen  # it was asked, without the token
+    assert secret not in seen and "Authorization" not in seen
 
 
 @pytest.mark.parametrize("scheme", ["http", "ws"])

@@ -108,7 +108,7 @@ async def client_for(url: str) -> ClientSide:
     return client
 
 
-# ---- 1. Acp-Session-Id is required, must match, and must name a known session ----
+# ---- 1. Acp-Session-Id is required and must match; an unknown one is -32002 -------
 def test_a_session_post_without_its_session_header_is_refused(server, scripted_model):
     scripted_model.set_default(Text(text="ok"))
 
@@ -135,19 +135,28 @@ def test_a_session_post_without_its_session_header_is_refused(server, scripted_m
     assert post(server.url, prompt, **named).status_code == 202
 
 
-def test_an_unknown_session_header_is_404_on_post_and_get(server):
+def test_an_unknown_session_is_answered_32002_on_its_stream_not_404(server):
+    """ACP-V2.md §11: the TS SDK's client takes HTTP 404 for "the connection is gone" and
+    closes it; an unknown session is a JSON-RPC error on the session's stream."""
     connection = open_connection(server.url)
     unknown = {"Acp-Connection-Id": connection, "Acp-Session-Id": "sess_nope"}
-    prompt = rpc(2, "session/prompt", sessionId="sess_nope", prompt=[])
-    refused = post(server.url, prompt, **unknown)
-    assert refused.status_code == 404 and "unknown Acp-Session-Id" in refused.json()["error"]
-    stream = httpx2.get(server.url, headers={"Accept": "text/event-stream", **unknown}, timeout=10)
-    assert stream.status_code == 404
-    # close and delete succeed for unknown sessions (§15): the agent answers them.
-    assert (
-        post(server.url, rpc(3, "session/close", sessionId="sess_nope"), **unknown).status_code
-        == 202
-    )
+    headers = {"Accept": "text/event-stream", **unknown}
+    with httpx2.stream("GET", server.url, headers=headers, timeout=10) as stream:
+        assert stream.status_code == 200
+        prompt = rpc(2, "session/prompt", sessionId="sess_nope", prompt=[])
+        assert post(server.url, prompt, **unknown).status_code == 202
+        close = rpc(3, "session/close", sessionId="sess_nope")
+        assert post(server.url, close, **unknown).status_code == 202
+        answers = {}
+        lines = stream.iter_lines()
+        while len(answers) < 2:
+            line = next(lines)
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                answers[message["id"]] = message
+    assert answers[2]["error"]["code"] == -32002
+    assert answers[2]["error"]["data"] == {"sessionId": "sess_nope"}
+    assert answers[3]["result"] == {}  # closing an unknown session succeeds (§5.4)
     # The connection is still usable.
     listed = post(server.url, rpc(4, "session/list"), **{"Acp-Connection-Id": connection})
     assert listed.status_code == 202
@@ -271,13 +280,51 @@ def test_an_idle_event_stream_gets_keepalive_comments_and_then_its_events(start)
         assert json.loads(answer[5:])["id"] == 2
 
 
+WS_INIT = json.dumps({**INIT, "id": "init"})
+
+
 async def test_a_websocket_past_the_connection_limit_is_told_503(start):
     server = start(max_connections=1)
-    async with asyncio.timeout(20), connect(server.ws_url, max_size=None):
+    async with asyncio.timeout(20), connect(server.ws_url, max_size=None) as first:
+        await first.send(WS_INIT)
+        assert json.loads(await first.recv())["id"] == "init"
         with pytest.raises(InvalidStatus) as refused:
             await connect(server.ws_url, max_size=None)
     assert refused.value.response.status_code == 503
     assert b"too many connections" in refused.value.response.body
+
+
+async def test_a_websocket_that_never_initializes_is_closed_after_init_timeout(start):
+    """[server] init_timeout_s: a socket that says nothing goes (1008, with why); one
+    that initialized stays."""
+    server = start(init_timeout_s=0.5)
+    async with (
+        asyncio.timeout(20),
+        connect(server.ws_url, max_size=None) as silent,
+        connect(server.ws_url, max_size=None) as talking,
+    ):
+        await talking.send(WS_INIT)
+        assert json.loads(await talking.recv())["id"] == "init"
+        with pytest.raises(ConnectionClosed) as closed:
+            await silent.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+        assert "no initialize within 0.5 s" in closed.value.rcvd.reason
+        await asyncio.sleep(1.0)  # past the timeout: the initialized one lives on
+        await talking.send(json.dumps(rpc("list", "session/list")))
+        assert json.loads(await talking.recv())["id"] == "list"
+
+
+async def test_silent_websockets_do_not_lock_other_clients_out(start):
+    """Connections waiting to initialize have a budget of their own, and the oldest
+    silent one makes room: 256 silent sockets held every client out with 503."""
+    server = start(max_connections=2, max_pending_connections=2, init_timeout_s=60)
+    async with contextlib.AsyncExitStack() as sockets, asyncio.timeout(30):
+        for _ in range(6):
+            await sockets.enter_async_context(connect(server.ws_url, max_size=None))
+        for url in (server.ws_url, server.url):
+            client = await client_for(url)
+            assert await client.list_sessions() is not None
+            await client.aclose()
 
 
 def test_a_connection_with_an_open_stream_does_not_expire(start):

@@ -45,18 +45,34 @@ def test_ctrl_c_at_the_terminal_cancels_the_turn_and_the_agent_says_so(run, scri
     assert "Traceback" not in (child.before or "")
 
 
+@pytest.mark.parametrize("agent", ["v1_agent.py", "v1_sdk_agent.py"])
+def test_ctrl_c_cancels_the_turn_of_a_v1_agent(run, agent):
+    """A v1-only agent (ACP v1's session/cancel; its prompt answers cancelled)."""
+    command = f"{sys.executable} {Path(__file__).parents[1] / agent}"
+    child = run("wait", "--command", command)
+    for _ in range(2):  # the prompt is out, and its wait has begun (the spinner turns)
+        child.expect("working…")
+    child.sendintr()
+    child.expect("cancelling")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 5, child.before
+    assert "Traceback" not in (child.before or "")
+
+
 def test_the_status_line_says_a_retry_and_is_gone_before_the_reply(
     crow_home: Path, scripted_model: Any, tmp_path: Path
 ) -> None:
     write_config(crow_home, scripted_model.base_url, retry_attempts=3)
-    config = crow_home / "config.toml"
-    config.write_text(config.read_text().replace("backoff_s = 0.01", "backoff_s = 1.5"))
-    scripted_model.script(Error(status=503, message="loading"), Text(text="done at last"))
+    scripted_model.script(
+        Error(status=503, message="loading", retry_after=1.5), Text(text="done at last")
+    )
     env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
     terminals = Terminals(env, tmp_path, TIMEOUT)
     try:
         child = terminals.start("run", "hi")
-        child.expect(r"retrying main \(2/3\)…")
+        # The wait is shown: the server's Retry-After here.
+        child.expect(r"retrying main in 1\.5 s, as the server asked \(2/3\)…")
         child.expect("\x1b\\[K")  # erased, then the reply
         child.expect("done at last")
         child.expect(pexpect.EOF)

@@ -4,7 +4,14 @@ as the SQLite file, and several servers sharing one store."""
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fakemodel import Hang, Text
@@ -224,3 +231,107 @@ def test_a_dead_servers_turn_ends_for_clients_watching_elsewhere(
     updates = [m["params"]["update"] for m in seen if m.get("method") == "session/update"]
     assert updates[-1]["stopReason"] == "error"
     assert any("interrupted" in note for note in notes(updates))
+
+
+# ---- the database goes away and comes back ------------------------------------------
+class PrivateServer:
+    """A PostgreSQL cluster of this test's own (initdb in a temporary folder), so that
+    restarting it disturbs no other test: loopback only, trust auth, fsync off."""
+
+    def __init__(self, root: Path) -> None:
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not bins:
+            if os.environ.get("CROW_REQUIRE_PG") == "1":
+                pytest.fail("CROW_REQUIRE_PG=1 but no PostgreSQL server binaries")
+            pytest.skip("no PostgreSQL server binaries (bash .ci/run installs them)")
+        self.bin, self.root = bins[-1], root
+        if os.geteuid() == 0:  # root may not run the server: the package's postgres user does
+            shutil.chown(root, "postgres")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._run("initdb", "-D", str(root / "data"), "-A", "trust", "-U", "crow", "--no-sync")
+        self.start()
+        self.url = f"postgresql://crow@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [*prefix, str(self.bin / tool), *args],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+    def start(self) -> None:
+        options = f"-k {self.root} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.root / "log")
+        self._run("pg_ctl", "-D", str(self.root / "data"), "-l", log, "-w", "-o", options, "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture
+def private_server(crow_home, monkeypatch) -> Iterator[PrivateServer]:
+    # Under /tmp, not pytest's folder: the postgres user must reach it.
+    root = Path(tempfile.mkdtemp(prefix="crow-test-pg."))
+    try:
+        server = PrivateServer(root)
+        monkeypatch.setenv("CROW_STORE_URL", server.url)
+        yield server
+        with contextlib.suppress(subprocess.CalledProcessError):
+            server.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_server_restart_mid_run_is_picked_up_and_its_watchers_hear_again(
+    crow, scripted_model, private_server
+):
+    """Every connection of both servers is cut (the store's and the LISTEN one): the
+    next turn runs, is logged whole, and the other server's client watches it live."""
+    scripted_model.script(Text(text="before"), Text(text="after the restart", chunks=3))
+    runner = crow()
+    sid = runner.new_session()
+    watcher = crow(write=False)
+    assert "result" in watcher.resume(sid)[0]
+    assert text_of(runner.run_turn(sid, "one")) == "before"
+    watcher.until_update(lambda u: u.get("state") == "idle")
+    private_server.restart()
+    assert text_of(runner.run_turn(sid, "two")) == "after the restart"
+    seen = watcher.until_update(lambda u: u.get("state") == "idle")
+    assert text_of([m["params"]["update"] for m in seen]) == "after the restart"
+    # Nothing lost or doubled in the log: a third server replays both turns once.
+    late = crow(write=False)
+    _, replayed = late.resume(sid, replayFrom={"type": "start"})
+    replies = [
+        block["text"]
+        for update in replayed
+        if update["sessionUpdate"] == "agent_message"
+        for block in update["content"]
+    ]
+    assert replies == ["before", "after the restart"]
+
+
+def test_a_turn_running_as_the_database_goes_ends_with_a_clear_error(
+    crow, scripted_model, private_server
+):
+    """The database stops mid-turn: the turn ends in error saying so (the client is
+    not left waiting), and once the database is back the session works again."""
+    scripted_model.script(Text(text="slow " * 40, chunks=40, delay_s=0.05))
+    runner = crow()
+    sid = runner.new_session()
+    runner.prompt(sid, "go")
+    scripted_model.wait_for_requests(1)
+    private_server.stop()
+    idle = runner.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
+    assert idle["stopReason"] == "error"
+    assert "session store" in idle["error"]["message"]
+    private_server.start()
+    scripted_model.script(Text(text="back"))
+    assert text_of(runner.run_turn(sid, "again")) == "back"

@@ -367,3 +367,49 @@ async def test_a_v1_client_over_http_and_websocket(crow_home, scripted_model, sc
                 await conn.close()
     finally:
         server.stop()
+
+
+async def test_the_python_sdks_http_client_loads_and_resumes_a_session(crow_home, scripted_model):
+    """The ``acp`` package's own streamable HTTP client (0.12) sends ``session/load`` and
+    ``session/resume`` without ``Acp-Session-Id`` and reads their answers on the
+    connection's stream; it opens a session's stream once a message names it."""
+    from acp.http import create_http_stream
+    from test_serve_http import HttpServer
+
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.script(Text(text="first", chunks=2), Text(text="second", chunks=2))
+    server = HttpServer()
+    headers = {"Authorization": f"Bearer {server.token}"}
+
+    @contextlib.asynccontextmanager
+    async def connected(client: V1Client) -> AsyncIterator[ClientSideConnection]:
+        conn = acp.connect_to_agent(client, create_http_stream(server.bare_url, headers=headers))
+        try:
+            init = await conn.initialize(protocol_version=1, client_info=V1_INFO)
+            assert init.agent_capabilities.load_session
+            yield conn
+        finally:
+            await conn.close()
+
+    try:
+        async with asyncio.timeout(WAIT_S):
+            made = V1Client()
+            async with connected(made) as conn:
+                sid = (await conn.new_session(cwd="/tmp", mcp_servers=[])).session_id
+                response = await conn.prompt(session_id=sid, prompt=prompt("one"))
+                assert response.stop_reason == "end_turn" and made.text(sid) == "first"
+            loaded = V1Client()
+            async with connected(loaded) as conn:
+                await conn.load_session(session_id=sid, cwd="/tmp", mcp_servers=[])
+                await loaded.until(lambda: loaded.text(sid) == "first")  # the replay
+                assert loaded.text(sid, "user_message_chunk") == "one"
+                response = await conn.prompt(session_id=sid, prompt=prompt("two"))
+                assert response.stop_reason == "end_turn"
+                assert loaded.text(sid) == "firstsecond"
+            resumed = V1Client()
+            async with connected(resumed) as conn:
+                await conn.resume_session(session_id=sid, cwd="/tmp", mcp_servers=[])
+                assert resumed.updates == []  # resume replays nothing
+                await conn.close_session(session_id=sid)
+    finally:
+        server.stop()

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakemodel import Hang
+from fakemodel import Hang, Text
 from serve_support import CROW_SERVE, write_config
 from support import ECHO_AGENT, RawAgent
 
@@ -265,6 +265,65 @@ def test_a_surrogate_in_the_v1_initialize_id_is_answered(crow_raw: Start):
     agent.write(init + b"}\n")
     assert replies_until(agent, "\ud800")[-1]["result"]["protocolVersion"] == 1
     v1_probe(agent)
+
+
+@pytest.mark.parametrize("init", [V2_INIT, V1_INIT], ids=["v2", "v1"])
+@pytest.mark.parametrize(
+    "block",
+    [
+        b'{"type":"text","text":"a\\ud800b"}',
+        b'{"type":"text","text":"ok","_meta":{"note":"\\udfff"}}',
+        b'{"type":"resource_link","name":"\\ud83d","uri":"file:///x"}',
+    ],
+)
+def test_a_lone_surrogate_in_a_prompt_is_refused_at_the_request(
+    crow_raw: Start, scripted_model: Any, init: dict[str, Any], block: bytes
+):
+    """Refused with -32602 before the turn starts (it was acknowledged, then the turn
+    failed as the store could not encode it); the session takes the next prompt."""
+    scripted_model.set_default(Text(text="fine"))
+    agent = initialized(crow_raw(), init)
+    sid = new_session(agent).encode()
+    head = b'{"jsonrpc":"2.0","id":9,"method":"session/prompt","params":{"sessionId":"'
+    agent.write(head + sid + b'","prompt":[{"type":"text","text":"x"},' + block + b"]}}\n")
+    seen = [agent.recv()]
+    while not is_reply(seen[-1]):
+        seen.append(agent.recv())
+    assert seen[-1]["error"]["code"] == INVALID_PARAMS
+    assert seen[-1]["error"]["data"] == {"index": 1}
+    assert not [m for m in seen if "user_message" in json.dumps(m)]  # no turn began
+    prompt = {"sessionId": sid.decode(), "prompt": [{"type": "text", "text": "again"}]}
+    agent.write(request(10, "session/prompt", prompt))
+    reply = replies_until(agent, 10)[-1]
+    assert "result" in reply, reply
+
+
+BIG_ID = 123456789012345678901234567890  # past 64 bits: orjson would read a float
+
+
+@pytest.mark.parametrize("init", [V2_INIT, V1_INIT], ids=["v2", "v1"])
+def test_ids_are_echoed_exactly_and_objects_or_arrays_are_invalid(
+    crow_raw: Start, init: dict[str, Any]
+):
+    """JSON-RPC ids are strings or numbers: a big integer comes back as the same
+    integer (it came back 1.2345678901234568e+29 on v1), an object or array id is
+    -32600 with id null on v1 as on v2 (v1 answered them with a result)."""
+    agent = initialized(crow_raw(), init)
+    for rid in (BIG_ID, -(2**70), 2**64, "007"):
+        agent.write(request(rid, "session/list", {}))
+        reply = replies_until(agent, rid)[-1]
+        assert "result" in reply and type(reply["id"]) is type(rid)
+    assert str(BIG_ID).encode() in b"".join(agent.raw_stdout)
+    for rid in ({"a": 1}, [1], True, 1.5, None):
+        agent.write(request(rid, "session/list", {}))
+        reply = agent.recv()
+        assert reply["id"] is None and reply["error"]["code"] == INVALID_REQUEST, (rid, reply)
+    # A response with such an id answers nothing of ours: dropped, the agent lives.
+    agent.write(line({"jsonrpc": "2.0", "id": {"a": 1}, "result": {}}))
+    if init is V2_INIT:
+        probe(agent)
+    else:
+        v1_probe(agent)
 
 
 # ---- 4. params as an array ------------------------------------------------------------

@@ -16,7 +16,7 @@ from fakemodel import Text, ToolCalls
 from serve_support import write_config
 from support import ROOT
 from test_serve_tools import probe_config
-from test_ts_sdk import TS_ECHO_AGENT, drive
+from test_ts_sdk import TS_ECHO_AGENT, drive, run_driver
 from test_v1_ts import drive_v1
 
 pytestmark = pytest.mark.interop
@@ -58,3 +58,19 @@ def test_the_ts_sdk_v1_client_runs_a_tool_turn_through_a_chain(crow_home, script
     assert question["toolCall"]["toolCallId"]
     kinds = {u["sessionUpdate"] for u in report["loadUpdates"]}
     assert {"user_message_chunk", "tool_call", "agent_message_chunk"} <= kinds
+
+
+def test_crow_proxy_memory_in_front_of_an_agent_that_takes_no_mcp_servers(crow_home):
+    """The TS SDK's echo agent advertises no capabilities.session.mcp: the memory proxy
+    passes its sessions through unchanged (with one more server the agent refused
+    session/new and the chain failed) and says once that memory is unavailable."""
+    memory = shlex.join([sys.executable, "-m", "crow", "proxy", "memory"])
+    report, result = run_driver(
+        "drive_agent.mjs",
+        *("--command", conductor(memory, f"{TS_ECHO_AGENT} --chunks 2")),
+        *("--prompt", "no memory here"),
+    )
+    assert report["stopReason"] == "end_turn"
+    assert report["agentText"] == "Echo: no memory here"
+    said = [line for line in result.stderr.splitlines() if "memory is not available" in line]
+    assert len(said) == 1, result.stderr

@@ -250,8 +250,16 @@ def test_the_ts_sdk_http_and_websocket_clients_drive_crow_serve_http(
     try:
         url = server.url if transport == "http" else server.ws_url
         report, _ = run_driver(
-            "drive_http.mjs", "--url", url, "--transport", transport, "--prompt", "hello"
+            "drive_http.mjs",
+            *("--url", url, "--transport", transport, "--prompt", "hello"),
+            *("--unknown-session", "sess_nobody_has"),
         )
+        # A session the agent does not know: a JSON-RPC error, and the connection lives
+        # on (the TS client closes its transport on an HTTP 404).
+        assert report["unknownSession"] == {
+            "code": -32002,
+            "data": {"sessionId": "sess_nobody_has"},
+        }
         assert report["stopReason"] == "end_turn"
         assert report["agentText"] == "Hello over the wire"
         user = next(u for u in report["liveUpdates"] if u["sessionUpdate"] == "user_message")

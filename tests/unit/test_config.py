@@ -125,6 +125,16 @@ def test_acp_v2_is_on_unless_switched_off(paths):
     assert load_config(paths).acp.v2 is False
 
 
+def test_server_init_timeout_defaults_to_10_s_and_is_configurable(paths):
+    assert load_config(paths).server.init_timeout_s == 10.0
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text("[server]\ninit_timeout_s = 2.5\n")
+    assert load_config(paths).server.init_timeout_s == 2.5
+    paths.config_file.write_text("[server]\ninit_timeout_s = -1\n")
+    with pytest.raises(ConfigError, match=r"server\.init_timeout_s"):
+        load_config(paths)
+
+
 def test_a_file_with_a_fallback_chain_and_overrides(paths):
     paths.home.mkdir(parents=True)
     paths.config_file.write_text(

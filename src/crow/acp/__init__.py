@@ -3,8 +3,9 @@
 Layers, bottom up: ``schema`` (generated wire models), ``connection`` (the
 sans-I/O JSON-RPC core), ``jsonrpc`` (the async peer), ``transports`` (stdio),
 ``agent`` / ``client`` (the two roles), ``projection`` (what a client knows
-of a session) and ``router`` (the v1|v2 choice on a connection's first
-``initialize``).  Nothing here imports the rest of Crow.
+of a session), ``router`` (the v1|v2 choice on a connection's first
+``initialize``) and ``v1_client`` (the client's v1 dialect, for an agent that
+answers 1).  Nothing here imports the rest of Crow.
 """
 
 from . import schema

@@ -16,6 +16,10 @@ into that session's ``SessionProjection``, and tells listeners about it.
 Permission requests go to ``on_permission``; without one the client answers
 ``cancelled`` (a headless client must answer, §7.4).  ``cancel`` answers the
 session's pending permission requests with ``cancelled`` (§7.3).
+
+An agent that answers ``initialize`` with protocol version 1 is spoken to in v1
+through ``crow.acp.v1_client`` (``self.v1``), behind the same calls and the same
+projection: its users need not know.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ from pydantic import ValidationError
 
 from . import schema
 from .connection import Connection
-from .errors import AcpError, MethodNotFound, ResourceNotFound
+from .errors import AcpError, InvalidParams, MethodNotFound, ResourceNotFound
 from .jsonrpc import Peer, Transport
 from .projection import SessionProjection, Turn
+from .v1_client import V1_VERSION, NotInV1, V1Agent
 
 __all__ = ["ClientSide", "Session"]
 
@@ -78,6 +83,10 @@ class ClientSide:
         self._changed: dict[str, asyncio.Event] = {}  # per session: fired, then replaced
         self._permission_tasks: dict[str, set[asyncio.Task[Any]]] = {}
         self._runner: asyncio.Task[None] | None = None
+        #: The v1 dialect, when the agent answered protocol version 1.
+        self.v1: V1Agent | None = None
+        self._v1_turns: set[asyncio.Task[None]] = set()  # v1 prompts awaiting their end
+        self._muted: set[str] = set()  # sessions whose v1 replay nobody asked to see
 
     # ---- lifetime -------------------------------------------------------------
     async def __aenter__(self) -> ClientSide:
@@ -97,6 +106,8 @@ class ClientSide:
         await self.aclose()
 
     async def aclose(self) -> None:
+        for task in list(self._v1_turns):
+            task.cancel()
         await self.peer.aclose()
         if self._runner is not None:
             with contextlib.suppress(asyncio.CancelledError):
@@ -117,11 +128,22 @@ class ClientSide:
 
     # ---- calls ----------------------------------------------------------------
     async def initialize(self) -> schema.InitializeResponse:
-        """Send ``initialize``; raises AcpError if the agent does not speak v2."""
+        """Send ``initialize`` offering v2; an agent that answers 1 is spoken to in v1
+        (its answer comes back as v2, ``protocol_version`` 1).  Raises AcpError for
+        any other version, or an answer that is not one."""
         request = schema.InitializeRequest(
             protocol_version=PROTOCOL_VERSION, info=self.info, capabilities=self.capabilities
         )
         result = await self.peer.request("initialize", request.to_wire())
+        if isinstance(result, dict) and result.get("protocolVersion") == V1_VERSION:
+            try:
+                self.v1 = V1Agent(result)
+            except ValidationError as exc:
+                raise AcpError(
+                    f"The agent's ACP v1 initialize answer is malformed: {exc}"
+                ) from None
+            self.agent = self.v1.initialize_response()
+            return self.agent
         response = schema.InitializeResponse.model_validate(result)
         if response.protocol_version != PROTOCOL_VERSION:
             raise AcpError(
@@ -133,6 +155,8 @@ class ClientSide:
 
     async def call(self, method: str, params: schema.AcpModel) -> Any:
         """Send a typed request; returns the validated result model."""
+        if self.v1 is not None:
+            return await self._call_v1(method, params.to_wire())
         result = await self.peer.request(method, params.to_wire())
         _, result_type = schema.AGENT_METHODS.get(method, (None, None))
         if result_type is None:
@@ -196,7 +220,10 @@ class ClientSide:
             request.additional_directories = list(additional_directories)
         if replay:  # a fresh projection: the replay rebuilds it
             self.projections[session_id] = SessionProjection(session_id)
-        response = await self.call("session/resume", request)
+        if self.v1 is not None:
+            response = await self._resume_v1(request.to_wire(), replay=replay)
+        else:
+            response = await self.call("session/resume", request)
         return Session(self, session_id, response)
 
     async def close_session(self, session_id: str) -> None:
@@ -243,6 +270,101 @@ class ClientSide:
             event = self._changed[session_id] = asyncio.Event()
         await event.wait()
 
+    # ---- ACP v1 (an agent that answered protocol version 1) --------------------
+    async def _call_v1(self, method: str, params: dict[str, Any]) -> Any:
+        assert self.v1 is not None
+        v1 = self.v1
+        capabilities = v1.session_capabilities
+        if method == "session/new":
+            raw = await self.peer.request(method, v1.session_params(params))
+            return v1.new_session_response(raw)
+        if method == "session/prompt":
+            return await self._prompt_v1(params)
+        if method == "session/resume":
+            replay = params.get("replayFrom") is not None
+            return await self._resume_v1(params, replay=replay)
+        if method == "session/list":
+            if capabilities.list is None:
+                raise NotInV1("this agent (ACP v1) does not list its sessions")
+            return v1.list_response(await self.peer.request(method, params))
+        if method == "session/close":
+            if capabilities.close is not None:
+                await self.peer.request(method, params)
+            return None  # without it, a v1 session ends with its connection
+        if method == "session/delete":
+            if capabilities.delete is None:
+                raise NotInV1("this agent (ACP v1) does not delete sessions")
+            await self.peer.request(method, params)
+            return None
+        raise NotInV1(f"{method} has no ACP v1 form: this agent speaks ACP v1")
+
+    async def _resume_v1(self, params: dict[str, Any], *, replay: bool) -> Any:
+        """v1 ``session/load`` (replay) or ``session/resume``; a load whose replay was
+        not asked for is kept out of the session's listeners."""
+        assert self.v1 is not None
+        v1 = self.v1
+        if (
+            isinstance(params.get("replayFrom"), dict)
+            and params["replayFrom"].get("type") != "start"
+        ):
+            raise NotInV1(
+                "replay from a cursor (_crow/after) is Crow's ACP v2 extension: "
+                "this agent speaks ACP v1"
+            )
+        session_id = params["sessionId"]
+        wire = v1.session_params(params)
+        if not replay and v1.session_capabilities.resume is not None:
+            await self.peer.request("session/resume", wire)
+            return schema.ResumeSessionResponse()
+        if not v1.can_load:
+            raise NotInV1("this agent (ACP v1) cannot load a session (no loadSession)")
+        if not replay:
+            self._muted.add(session_id)
+        try:
+            await self.peer.request("session/load", wire)
+        finally:
+            self._muted.discard(session_id)
+        return schema.ResumeSessionResponse()
+
+    async def _prompt_v1(self, params: dict[str, Any]) -> schema.PromptResponse:
+        """Send the v1 prompt, which is answered only when its turn ends: the turn's
+        ``running`` and ``idle`` are made here (§7.2 then tells its end as in v2)."""
+        assert self.v1 is not None
+        session_id = params["sessionId"]
+        self.v1.begin_turn(session_id)
+        self._apply(session_id, V1Agent.state("running"))
+        turn = asyncio.create_task(self._v1_turn(session_id, params), name="acp-v1-prompt")
+        self._v1_turns.add(turn)
+        turn.add_done_callback(self._v1_turns.discard)
+        # One pass of the loop: the task's first step queues the prompt, so that a
+        # session/cancel sent right after this returns is written after it.
+        await asyncio.sleep(0)
+        return schema.PromptResponse()
+
+    async def _v1_turn(self, session_id: str, params: dict[str, Any]) -> None:
+        assert self.v1 is not None
+        error: dict[str, Any] | None = None
+        try:
+            stop = self.v1.stop_reason(await self.peer.request("session/prompt", params))
+        except AcpError as exc:
+            stop, error = "error", exc.to_error()
+        except ValidationError as exc:
+            stop, error = "error", {"code": -32603, "message": f"a malformed answer: {exc}"}
+        except ConnectionError as exc:
+            stop, error = "error", {"code": -32603, "message": str(exc) or "the agent went away"}
+        self._apply(session_id, V1Agent.state("idle", stop_reason=stop, error=error))
+
+    def _on_v1_update(self, params: Any) -> None:
+        assert self.v1 is not None
+        try:
+            translated = self.v1.update(params or {})
+        except ValidationError as exc:
+            log.warning("dropping a malformed v1 session/update: %s", exc.errors()[0].get("msg"))
+            return
+        if translated is None or translated[0] in self._muted:
+            return
+        self._apply(*translated)
+
     # ---- inbound --------------------------------------------------------------
     def projection(self, session_id: str) -> SessionProjection:
         proj = self.projections.get(session_id)
@@ -253,6 +375,9 @@ class ClientSide:
     async def _on_notification(self, method: str, params: dict[str, Any] | None) -> None:
         if method != "session/update":
             return
+        if self.v1 is not None:
+            self._on_v1_update(params)
+            return
         try:
             note = schema.UpdateSessionNotification.model_validate(params or {})
         except ValidationError as exc:
@@ -262,17 +387,28 @@ class ClientSide:
         seq = meta.get("crow/seq") if isinstance(meta, dict) else None
         if isinstance(seq, int):  # a Crow agent's place in the session's log
             self.seqs[note.session_id] = seq
-        self.projection(note.session_id).apply(note.update)
+        self._apply(note.session_id, note.update)
+
+    def _apply(self, session_id: str, update: Any) -> None:
+        """Fold ``update`` into the session's projection, then tell the listeners."""
+        self.projection(session_id).apply(update)
         for listener in self._listeners:
-            listener(note.session_id, note.update)
-        event = self._changed.pop(note.session_id, None)
+            listener(session_id, update)
+        event = self._changed.pop(session_id, None)
         if event is not None:
             event.set()
 
     async def _on_request(self, method: str, params: dict[str, Any] | None) -> Any:
         if method != "session/request_permission":
             raise MethodNotFound.for_method(method)
-        request = schema.RequestPermissionRequest.model_validate(params or {})
+        if self.v1 is not None:
+            try:
+                request, call = self.v1.permission(params or {})
+            except ValidationError as exc:
+                raise InvalidParams(f"a malformed ACP v1 permission request: {exc}") from None
+            self._apply(request.session_id, call)  # v1: the question updates its tool call
+        else:
+            request = schema.RequestPermissionRequest.model_validate(params or {})
         if self.on_permission is None:
             return _CANCELLED
         task = asyncio.ensure_future(self.on_permission(request))

@@ -160,12 +160,17 @@ def decode(frame: bytes) -> Any:
     """Parse one frame.  Raises ValueError (and nothing else) for anything that
     is not JSON, or JSON nested too deeply to parse safely."""
     try:
-        return orjson.loads(frame)
+        message = orjson.loads(frame)
     except orjson.JSONDecodeError:
         pass
-    # orjson refuses some valid JSON (integers past 64 bits, lone surrogate
-    # escapes): ask the stdlib before calling the frame unparsable.  orjson also
-    # stops at 1024 levels, where the stdlib's recursion would blow the stack.
+    else:
+        # orjson reads an integer past 64 bits as a float: an id must come back
+        # exactly as it was sent, so such a message is read again by the stdlib.
+        if not (isinstance(message, dict) and type(message.get("id")) is float):
+            return message
+    # orjson refuses some valid JSON (lone surrogate escapes, nesting past 1024
+    # levels, where the stdlib's recursion would blow the stack): ask the stdlib
+    # before calling the frame unparsable.
     try:
         return json.loads(frame)
     except RecursionError:

@@ -184,8 +184,10 @@ class MessageTransport:
     Inbound, frames become dicts; what ``acp``'s connection mishandles is
     answered here instead: bad JSON (or JSON nested too deeply) gets ``-32700``,
     a batch or a non-object one ``-32600`` (a batch would kill its receive
-    loop), an oversized frame ``-32600``; ``$/cancel_request`` (which it does
-    not implement) is dropped, a v1 notification sent as a request
+    loop), an oversized frame ``-32600``, a request whose id is neither a string
+    nor an integer ``-32600`` (as in v2; a response with one is dropped);
+    ``$/cancel_request`` (which it does not implement) is dropped, a v1
+    notification sent as a request
     (``session/cancel`` with an id) is passed on as the notification and
     answered ``{}``, and a response id echoed as a string of digits is turned
     back into the integer it was sent as (it matches ids as ints).
@@ -251,6 +253,14 @@ class MessageTransport:
         if method == CANCEL_REQUEST:
             return None
         rid = message.get("id")
+        if "id" in message and not _is_id(rid):
+            # As v2 does (JSON-RPC: a string or a number; ACP: no fractions, no
+            # null).  A response with such an id cannot be ours, and acp's table
+            # of pending requests would fail on an unhashable one.
+            if method is not None:
+                err = InvalidRequest("A request id must be a string or an integer")
+                self._queue(_error(None, err))
+            return None
         if method is None:
             if isinstance(rid, str) and rid.isdigit():
                 message["id"] = int(rid)
@@ -360,6 +370,10 @@ def _encode(message: dict[str, Any]) -> bytes | None:
         return encode(_error(message.get("id"), err))
     except EncodeError:  # the id itself: still an answer, with id null
         return encode(_error(None, err))
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (int, str)) and not isinstance(value, bool)
 
 
 def _error(rid: Any, err: AcpError) -> dict[str, Any]:

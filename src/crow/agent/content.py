@@ -15,6 +15,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import orjson
+
 from crow.acp import InvalidParams, schema
 
 __all__ = ["prompt_capabilities", "to_user_content"]
@@ -46,6 +48,7 @@ def to_user_content(
     or a prompt over ``max_bytes``."""
     if not blocks:
         raise InvalidParams("The prompt is empty: send at least one content block")
+    _refuse_lone_surrogates(blocks)
     parts = _parts(blocks, allowed)
     size = sum(map(_size, parts))
     if size > max_bytes:
@@ -58,6 +61,21 @@ def to_user_content(
 
 
 MIB = 1024 * 1024
+
+
+def _refuse_lone_surrogates(blocks: list[Any]) -> None:
+    """JSON may escape half a surrogate pair (``"\\ud800"``): such a string is no
+    Unicode text, and neither the store nor a client could take it back.  Every
+    string of a block counts, since the blocks are logged whole (``user_message``)."""
+    for index, block in enumerate(blocks):
+        try:
+            orjson.dumps(block.to_wire())
+        except TypeError:  # orjson's only refusal of a str: a lone surrogate
+            raise InvalidParams(
+                f"prompt[{index}] holds a lone UTF-16 surrogate (half of a \\uD8xx\\uDCxx "
+                "pair), which is not text: send the whole pair, or valid UTF-8",
+                data={"index": index},
+            ) from None
 
 
 def _size(part: dict[str, Any]) -> int:

@@ -165,11 +165,7 @@ async def serve_http(
     async def serve(transport: HttpTransport) -> None:
         await serve_connection(agent, transport)  # v1 or v2, by its initialize
 
-    async def session_exists(session_id: str) -> bool:
-        # Through the store's thread: never a database round trip on the event loop.
-        return session_id in agent.live or await agent.store.get_session(session_id) is not None
-
-    app = AcpHttpApp(serve, limits=limits, check=security.check, session_exists=session_exists)
+    app = AcpHttpApp(serve, limits=limits, check=security.check)
     published: list[Path] = []  # the runtime file, once written
 
     class Server(uvicorn.Server):

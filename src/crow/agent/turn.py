@@ -428,8 +428,10 @@ class Turn:
                     "info",
                 )
             elif isinstance(event, Retrying):
+                asked = ", as the server asked" if event.asked else ""
                 session.notice(
-                    f"retrying {event.model} ({event.attempt}/{event.attempts})",
+                    f"retrying {event.model} in {_seconds(event.delay_s)}{asked} "
+                    f"({event.attempt}/{event.attempts})",
                     "warning",
                     description=event.reason,
                 )
@@ -618,3 +620,11 @@ def _tool_results_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         calls = message.get("tool_calls") if role == "assistant" else None
         waiting = {str(c.get("id")) for c in calls or [] if isinstance(c, dict)}
     return out + moved
+
+
+def _seconds(value: float) -> str:
+    """A wait for people: "0.3 s", "4 s", "1 min 30 s"."""
+    if value < 10:
+        return f"{value:.1f} s"
+    minutes, seconds = divmod(round(value), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"

@@ -34,7 +34,7 @@ from .asking import CANCELLED, _selected, pick
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, status
 from .screen import ReplyStream, Screen, isatty
-from .verifying import NO_JUDGE, NO_KEY, Verdicts, VerdictWaiter, can_verify, verify_meta
+from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, verify_meta
 
 __all__ = ["main"]
 
@@ -76,7 +76,7 @@ async def _chat(args: argparse.Namespace) -> int:
     ) as client:
         meta = verify_meta(args.check) if args.verify else None
         if meta and not can_verify(client):
-            print(f"crow: {NO_JUDGE}", file=sys.stderr)
+            print(f"crow: {no_judge(client)}", file=sys.stderr)
             return EXIT_USAGE
         chat.verify = bool(meta)
         if args.session:

@@ -20,6 +20,7 @@ from crow import runtime_file
 from crow.acp import AcpError, ClientSide, schema, spawn
 from crow.acp.transports.http_client import connect_url, split_token
 from crow.config import Paths
+from crow.tls import client_context
 
 __all__ = ["AgentUnavailable", "connect", "default_command"]
 
@@ -53,7 +54,8 @@ async def connect(
         token = runtime_file.find_token(Paths.from_env().run, url)
     transport: Any
     try:
-        transport = await connect_url(url, token=token) if url else await spawn(argv)
+        tls = client_context() if url and url.startswith(("https:", "wss:")) else None
+        transport = await connect_url(url, token=token, tls=tls) if url else await spawn(argv)
     except ConnectionError as exc:
         raise AgentUnavailable(str(exc)) from None
     if url:

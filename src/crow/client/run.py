@@ -24,11 +24,11 @@ from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, status
 from .screen import ERASE, ReplyStream, Screen
 from .verifying import (
-    NO_JUDGE,
     NO_KEY,
     Verdicts,
     VerdictWaiter,
     can_verify,
+    no_judge,
     unknown_line,
     verify_meta,
 )
@@ -103,7 +103,7 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
             screen.say("opening the session")
             meta = verify_meta(args.check) if args.verify else None
             if meta and not can_verify(client):
-                print(f"crow: {NO_JUDGE}", file=sys.stderr)
+                print(f"crow: {no_judge(client)}", file=sys.stderr)
                 return EXIT_USAGE
             if args.session:
                 session = await client.resume_session(args.session, cwd, replay=False, meta=meta)

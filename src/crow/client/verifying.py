@@ -23,11 +23,16 @@ __all__ = [
     "VerdictWaiter",
     "Verdicts",
     "can_verify",
+    "no_judge",
     "unknown_line",
     "verify_meta",
 ]
 
 NO_JUDGE = "--verify needs crow serve's judge; this agent has none"
+NO_JUDGE_V1 = (
+    "--verify has no ACP v1 form: this agent speaks ACP v1 and has no judge; put crow "
+    "proxy judge in front of it (crow conductor agent 'crow proxy judge' 'AGENT ...')"
+)
 NO_KEY = (
     "--verify: the agent answered without a verifier's key (_meta crow/verify), so no "
     "verdict of its could be told from a forged one"
@@ -84,6 +89,11 @@ def can_verify(client: ClientSide) -> bool:
     capabilities = getattr(client.agent, "capabilities", None)
     meta = getattr(capabilities, "meta", None)
     return isinstance(meta, dict) and meta.get(VERIFY) is True
+
+
+def no_judge(client: ClientSide) -> str:
+    """Why ``--verify`` cannot be had from this agent, in one line."""
+    return NO_JUDGE_V1 if client.v1 is not None else NO_JUDGE
 
 
 def verify_meta(check: str | None) -> dict[str, Any]:

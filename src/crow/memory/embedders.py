@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..tls import client_context
 from .minilm import MODEL_NAME, installed
 
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ class OpenAIEmbedder:
     def load(self) -> None:
         """Nothing to load: the server holds the model."""
 
+    def close(self) -> None:
+        """Nothing to close: each call has a client of its own."""
+
     def embed(self, texts: list[str]) -> np.ndarray:
         import httpx2
 
@@ -103,7 +107,9 @@ class OpenAIEmbedder:
         try:
             # A client per call (a call or two per turn): nothing is left open when
             # the store goes, and no thread shares a connection.
-            with httpx2.Client(headers=headers, timeout=self.TIMEOUT_S) as client:
+            with httpx2.Client(
+                headers=headers, timeout=self.TIMEOUT_S, verify=client_context()
+            ) as client:
                 response = client.post(f"{self.url}/embeddings", json=body)
             if response.status_code >= 400:
                 raise EmbedderUnavailable(

@@ -20,6 +20,7 @@ import orjson
 
 from ..config import Config, ModelSpec, ProviderSpec
 from ..redact import redact, redact_url
+from ..tls import client_context
 from .discovery import Finding, discover
 from .errors import (
     ModelError,
@@ -236,7 +237,7 @@ async def _ollama_pick(base_url: str, wanted: str) -> str:
 
     root = base_url.rstrip("/").removesuffix("/v1")
     try:
-        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S) as http:
+        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, verify=client_context()) as http:
             answer = await http.get(f"{root}/api/tags")
         names = [m["name"] for m in answer.json()["models"]] if answer.is_success else []
     except (httpx2.HTTPError, ValueError, KeyError, TypeError):

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import ModelSpec
+from ..tls import client_context
 
 __all__ = ["Finding", "discover", "merge"]
 
@@ -58,7 +59,9 @@ async def discover(base_url: str, model_id: str, *, api_key: str | None = None) 
 
     root = base_url.rstrip("/").removesuffix("/v1")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx2.AsyncClient(timeout=DISCOVERY_TIMEOUT_S, headers=headers) as http:
+    async with httpx2.AsyncClient(
+        timeout=DISCOVERY_TIMEOUT_S, headers=headers, verify=client_context()
+    ) as http:
         try:
             shown = await _json(http.post(f"{root}/api/show", json={"model": model_id}))
         except (httpx2.TransportError, httpx2.InvalidURL):

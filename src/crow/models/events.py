@@ -87,13 +87,14 @@ class Substituted:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Retrying:
     """``model`` failed with a transient error; attempt ``attempt`` of ``attempts``
-    starts in ``delay_s`` seconds."""
+    starts in ``delay_s`` seconds (``asked``: as its server's Retry-After said)."""
 
     model: str
     attempt: int
     attempts: int
     reason: str
     delay_s: float
+    asked: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from ..config import Config, ModelSpec
+from ..tls import client_context
 
 __all__ = ["check", "describe", "described", "origin", "reachable"]
 
@@ -49,7 +50,7 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
     import httpx2
 
     try:
-        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, verify=client_context()) as client:
             answer = await client.get(provider.base_url.rstrip("/") + "/models")
     except httpx2.HTTPError as exc:
         return f"unreachable ({type(exc).__name__})"

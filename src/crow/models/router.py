@@ -2,8 +2,12 @@
 
 ``ModelRouter.stream`` tries the chain's models in order.  Per model, a
 transient error (unreachable, timeout, 429, 5xx, a 400 the provider marks
-transient) is retried ``retry.attempts`` times with doubling backoff; any other
-error, or running out of attempts, falls to the next model.  A failure after
+transient) is retried ``retry.attempts`` times; any other error, or running out
+of attempts, falls to the next model.  Before each retry it waits what the
+server's ``Retry-After`` asks (up to ``MAX_RETRY_AFTER_S``), else a random time
+up to ``retry.backoff_s`` doubled per failure and capped at ``MAX_BACKOFF_S``
+("full jitter", so sessions refused together do not all come back together);
+the openai SDK's limits.  The wait is announced first (``Retrying``).  A failure after
 output has streamed is never retried (the client has seen part of a reply) and
 neither is a context-length error (the caller compacts and asks again).  When
 the chain is exhausted the last error is raised, naming every model tried.
@@ -18,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from ..config import Config, ModelSpec
+from ..config import Config, ModelSpec, RetryPolicy
 from ..redact import redact_url
 from .adapt import fit_messages
 from .client import ModelClient
@@ -32,6 +37,20 @@ from .events import Event, FallingBack, Retrying, Stripped
 __all__ = ["ModelRouter"]
 
 log = logging.getLogger("crow.models")
+
+#: The longest computed wait between two attempts (the openai SDK's MAX_RETRY_DELAY).
+MAX_BACKOFF_S = 8.0
+#: The longest Retry-After honoured (the openai SDK's): a longer one (a quota reset
+#: an hour away) gets the computed wait, and then the next model.
+MAX_RETRY_AFTER_S = 60.0
+
+
+def retry_delay(policy: RetryPolicy, failures: int, retry_after: float | None) -> float:
+    """The wait before the next attempt, after ``failures`` failed ones."""
+    if retry_after is not None and 0 <= retry_after <= MAX_RETRY_AFTER_S:
+        return retry_after
+    ceiling = min(MAX_BACKOFF_S, policy.backoff_s * 2 ** (failures - 1))
+    return random.uniform(0, ceiling)
 
 
 class ModelRouter:
@@ -136,7 +155,6 @@ class ModelRouter:
         tool_choice: dict[str, Any] | None = None,
     ) -> AsyncIterator[Event]:
         policy = self.config.retry
-        delay = policy.backoff_s
         for attempt in range(1, policy.attempts + 1):
             try:
                 first = True
@@ -152,6 +170,7 @@ class ModelRouter:
                     raise
                 if self._guessed(spec) and isinstance(exc, ModelUnreachable):
                     raise  # a guess that nothing answers: no use waiting for it
+                delay = retry_delay(policy, attempt, exc.retry_after)
                 log.info("model %s: %s; retry %d in %.1fs", spec.name, exc.message, attempt, delay)
                 yield Retrying(
                     model=spec.name,
@@ -159,6 +178,6 @@ class ModelRouter:
                     attempts=policy.attempts,
                     reason=exc.message,
                     delay_s=delay,
+                    asked=delay == exc.retry_after,
                 )
                 await asyncio.sleep(delay)
-                delay *= 2

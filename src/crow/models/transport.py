@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import time
 import urllib.request
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from typing import Any
@@ -27,7 +28,8 @@ import aiohttp
 import orjson
 
 from ..redact import redact, redact_url
-from .errors import ModelError, ModelUnreachable, status_error
+from ..tls import client_context
+from .errors import ModelError, ModelUnreachable, retry_after_s, status_error
 
 __all__ = ["ModelHttp"]
 
@@ -71,7 +73,9 @@ class ModelHttp:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                limit=self._max_connections, keepalive_timeout=self._keepalive_s
+                limit=self._max_connections,
+                keepalive_timeout=self._keepalive_s,
+                ssl=client_context(),  # the one trust source of every client (crow.tls)
             )
             # No trust_env: it reads the whole environment for proxies, and .netrc in a
             # thread, on every request; the proxy is found once (proxy_for), and the
@@ -104,7 +108,12 @@ class ModelHttp:
             )
         try:
             if response.status >= 400:
-                raise status_error(model, response.status, await _error_text(response))
+                text = await _error_text(response)
+                headers = response.headers
+                wait = retry_after_s(
+                    headers.get("retry-after-ms"), headers.get("retry-after"), now=time.time()
+                )
+                raise status_error(model, response.status, text, retry_after=wait)
             with _failures(model, self.base_url, sending=False):
                 async for batch in _event_batches(response):
                     if b"[DONE]" in batch:

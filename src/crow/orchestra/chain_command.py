@@ -4,6 +4,7 @@
     crow conductor proxy [PROXY ...]           this chain is itself a proxy of an
                                                outer conductor (nested chains)
     options: --trace FILE (every message on every hop, as JSON lines)
+             --init-timeout SECONDS (60: the chain must answer initialize by then)
 
 Each component is one argument: a shell-style command (leading VAR=value words set
 its environment), or JSON {"command": "...", "args": [...], "env": {...}}.  They
@@ -11,8 +12,9 @@ start at the client's first initialize, the agent first.  Proxies speak the prox
 role of ACP (_proxy/initialize, _proxy/successor), as the Rust SDK's conductor
 defines it; `crow proxy NAME` runs one of Crow's own.
 
-Exit codes: 0 the client left; 1 a component exited and took the chain down (the
-client's open requests were answered with the reason); 2 bad arguments.
+Exit codes: 0 the client left; 1 a component exited and took the chain down, or
+initialize went unanswered past --init-timeout (the client's open requests were
+answered with the reason); 2 bad arguments.
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub = modes.add_parser(mode, help=summary, description=summary)
         sub.add_argument("components", nargs=shape, metavar="COMPONENT")
         sub.add_argument("--trace", metavar="FILE", help="write every hop's messages here")
+        sub.add_argument(
+            "--init-timeout",
+            type=_seconds,
+            default=60.0,
+            metavar="SECONDS",
+            help="fail the chain if initialize is not answered by then (default 60)",
+        )
         sub.add_argument("--log-level", default="WARNING", help="stderr log level")
 
 
@@ -57,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     agent = components.pop() if args.mode == "agent" else None
     try:
-        return asyncio.run(_conduct(components, agent, args.trace))
+        return asyncio.run(_conduct(components, agent, args.trace, args.init_timeout))
     except KeyboardInterrupt:
         return 130
     except OSError as exc:
@@ -65,14 +74,27 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 async def _conduct(
-    proxies: list[Component], agent: Component | None, trace_path: str | None
+    proxies: list[Component], agent: Component | None, trace_path: str | None, init_timeout: float
 ) -> int:
     from crow.acp.transports.stdio import open_stdio
+    from crow.private import open_private_append
 
     from .conductor import Conductor, Trace
 
     with contextlib.ExitStack() as stack:
-        trace = Trace(stack.enter_context(open(trace_path, "ab"))) if trace_path else None
-        conductor = Conductor(proxies, agent, trace=trace)
+        # 0600: the trace holds every prompt, reply and tool output of the chain.
+        trace_file = stack.enter_context(open_private_append(trace_path)) if trace_path else None
+        trace = Trace(trace_file) if trace_file is not None else None
+        conductor = Conductor(proxies, agent, trace=trace, init_timeout_s=init_timeout)
         return await conductor.run(await open_stdio())

@@ -27,6 +27,10 @@ __all__ = ["add_arguments", "main"]
 
 EXIT_VERDICT = {"pass": 0, "fail": 1, "unknown": 3}
 EXIT_USAGE, EXIT_CONNECTION = 2, 7
+NOT_IN_V1 = (
+    "this agent speaks ACP v1, which has no form for following a session's turns or "
+    "posting a verdict; judge it with crow proxy judge in front of it instead"
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,6 +95,9 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
     router = ModelRouter(config)
     try:
         async with connect(args.command, url=args.url, token=args.token) as client:
+            if client.v1 is not None:
+                print(f"crow judge: {NOT_IN_V1}", file=sys.stderr)
+                return EXIT_USAGE
 
             def attached() -> None:
                 print(f"crow judge: watching session {args.session}", file=sys.stderr, flush=True)

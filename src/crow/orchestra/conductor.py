@@ -27,8 +27,11 @@ The wire rules are PROXY-CHAINS.md's (the Rust SDK's ``agent-client-protocol-con
   the components behind it (backpressure, instead of an unbounded buffer).
 - A component that exits takes the chain down: every request the client is still
   owed is answered ``-32603`` naming the component, its exit code and its last
-  stderr line, and the conductor exits 1.  When the client goes, the components'
-  stdin closes and they are given a moment to exit, then killed.
+  stderr line, and the conductor exits 1.  So does a chain whose ``initialize`` is
+  not answered within ``init_timeout_s`` (``--init-timeout``, 60 s): the error names
+  the component the request stopped at (the furthest one asked and still silent).
+  When the client goes, the components' stdin closes and they are given a moment to
+  exit, then killed.
 
 Components run in process groups of their own, registered with ``crow.children``:
 a conductor killed outright takes them with it.  Their stderr is passed on to ours,
@@ -101,6 +104,10 @@ STDERR_TAIL = 20
 STDERR_LINE_BYTES = 8 * 1024
 #: How long a component has to exit after its stdin closes, before it is killed.
 EXIT_WAIT_S = 2.0
+#: How long the chain has to answer the client's initialize (--init-timeout): an agent
+#: that loads a model first may take a while, one that never answers must not hang
+#: its client forever.
+INIT_TIMEOUT_S = 60.0
 _ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _JSON_KEYS = {"command", "args", "env"}
 
@@ -244,8 +251,10 @@ class Conductor:
         *,
         trace: Trace | None = None,
         stderr: IO[str] | None = None,
+        init_timeout_s: float = INIT_TIMEOUT_S,
     ) -> None:
         self.proxy_specs = list(proxies)
+        self.init_timeout_s = init_timeout_s
         self.agent_spec = agent
         self.trace = trace
         self.stderr = stderr or sys.stderr
@@ -335,6 +344,7 @@ class Conductor:
                 params = dict(event.params or {})
                 params["protocolVersion"] = version
                 self._route(link, Request(id=event.id, method=INITIALIZE, params=params))
+                self._start(self._initialize_deadline(event.id), "conductor-init-timeout")
                 return
         link.send(link.connection.error(event.id, self._failure))
 
@@ -346,7 +356,8 @@ class Conductor:
             self.proxies.append(await self._spawn(spec, f"proxy-{i}"))
 
     async def _spawn(self, spec: Component, name: str) -> Link:
-        env = children.tagged_env({**os.environ, **spec.env}, f"conductor-{name}")
+        label = f"conductor-{name}"
+        env = children.tagged_env({**os.environ, **spec.env}, label)
         try:
             process = await asyncio.create_subprocess_exec(
                 *spec.argv,
@@ -363,7 +374,7 @@ class Conductor:
                 f"cannot start {name} ({spec}): {exc.strerror or exc}",
                 data={"component": name, "command": list(spec.argv)},
             ) from None
-        children.register(process.pid)
+        children.register(process.pid, label=label)
         assert process.stdout is not None and process.stdin is not None
         link = Link(
             name, StdioTransport(process.stdout, process.stdin, process=process), self.trace
@@ -380,6 +391,38 @@ class Conductor:
             link.stderr_tail.append(text)
             with contextlib.suppress(OSError, ValueError):
                 print(f"[{link.name}] {text}", file=self.stderr, flush=True)
+
+    async def _initialize_deadline(self, rid: RequestId) -> None:
+        """Fail the chain if the client's initialize is still unanswered in time."""
+        await asyncio.sleep(self.init_timeout_s)
+        upstream = self.upstream
+        if upstream is None or self._done.is_set() or not upstream.connection.owes_reply(rid):
+            return
+        stuck = self._furthest_asked()
+        if stuck is None:
+            who, last, stderr = "the chain's successor", "", []
+        else:
+            last = next((line for line in reversed(stuck.stderr_tail) if line.strip()), "")
+            who, stderr = f"the chain's {stuck.name} ({stuck.command})", list(stuck.stderr_tail)
+        message = f"{who} did not answer initialize within {self.init_timeout_s:g} s" + (
+            f": {last}" if last else ""
+        )
+        log.error("%s", message)
+        component = stuck.name if stuck is not None else "successor"
+        error = InternalError(message, data={"component": component, "stderr": stderr})
+        upstream.answer(rid, error=error.to_error())
+        self.exit_code = 1
+        self._done.set()
+
+    def _furthest_asked(self) -> Link | None:
+        """The component furthest down the chain that was sent a request still unanswered
+        (during initialize: the one it is stuck at).  None: our own successor (proxy
+        mode) or nobody."""
+        waiting = {name for name, _ in self._pending}
+        for link in reversed([*self.proxies, *([self.agent] if self.agent else [])]):
+            if link.name in waiting:
+                return link
+        return None
 
     # ---- routing --------------------------------------------------------------
     def _position(self, link: Link) -> int:

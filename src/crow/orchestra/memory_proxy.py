@@ -11,7 +11,12 @@ session's project:
   takes such servers (v2 ``capabilities.session.mcp.acp``, v1
   ``agentCapabilities.mcpCapabilities.acp``): the server runs inside this proxy and
   the agent reaches it with ``mcp/connect``, ``mcp/message``, ``mcp/disconnect``;
-- otherwise as a stdio server, ``crow mcp memory --cwd CWD``, which the agent starts.
+- otherwise as a stdio server, ``crow mcp memory --cwd CWD``, which the agent starts
+  (every v1 agent takes those; a v2 agent says so in ``capabilities.session.mcp.stdio``).
+
+A v2 agent that takes neither gets its sessions' requests unchanged (one more server
+would make it refuse them, and the whole chain with them): memory is not available to
+it, which is said once on stderr.
 
 Other ``mcp/*`` traffic (servers this proxy does not serve) passes through.
 """
@@ -43,6 +48,8 @@ class MemoryProxy:
         self.proxy = proxy
         self.make_server = make_server
         self.over_acp = False  # the agent takes acp servers
+        self.over_stdio = True  # ... or stdio ones (neither: memory cannot reach it)
+        self.said_unavailable = False
         self.places: dict[str, tuple[str, str | None]] = {}  # serverId -> (cwd, session)
         self.relays: dict[str, Any] = {}  # connectionId -> McpRelay
         proxy.on_predecessor("_proxy/initialize", self._initialize)
@@ -59,13 +66,20 @@ class MemoryProxy:
         if self.proxy.v1:
             mcp = (result.get("agentCapabilities") or {}).get("mcpCapabilities") or {}
             self.over_acp = mcp.get("acp") is True
+            self.over_stdio = True  # v1: every agent takes stdio servers
         else:
             session = (result.get("capabilities") or {}).get("session") or {}
-            self.over_acp = isinstance((session.get("mcp") or {}).get("acp"), dict)
+            mcp = session.get("mcp")
+            mcp = mcp if isinstance(mcp, dict) else {}
+            self.over_acp = isinstance(mcp.get("acp"), dict)
+            self.over_stdio = isinstance(mcp.get("stdio"), dict)
         return result
 
     def _setup(self, method: str) -> Callable[[Any], Awaitable[Any]]:
         async def setup(params: Any) -> Any:
+            if not (self.over_acp or self.over_stdio):
+                self._say_unavailable()
+                return await self.proxy.request_successor(method, params)
             params = dict(params or {})
             cwd = str(params.get("cwd") or ".")
             sid = params.get("sessionId")
@@ -74,6 +88,16 @@ class MemoryProxy:
             return await self.proxy.request_successor(method, params)
 
         return setup
+
+    def _say_unavailable(self) -> None:
+        if self.said_unavailable:
+            return
+        self.said_unavailable = True
+        log.warning(
+            "the agent takes no MCP servers (its capabilities.session.mcp has neither "
+            "stdio nor acp): Crow's memory is not available to it; its sessions pass "
+            "through unchanged"
+        )
 
     def _entry(self, cwd: str, session_id: str | None) -> dict[str, Any]:
         if self.over_acp:

@@ -24,6 +24,8 @@ import anyio
 import httpcore2
 import httpx2
 
+from crow.tls import client_context
+
 __all__ = [
     "AllowRule",
     "GuardedBackend",
@@ -210,7 +212,7 @@ class GuardedTransport(httpx2.AsyncHTTPTransport):
     def __init__(self, allow: Sequence[AllowRule] = ()) -> None:
         super().__init__()
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(), network_backend=GuardedBackend(allow)
+            ssl_context=client_context(), network_backend=GuardedBackend(allow)
         )
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:

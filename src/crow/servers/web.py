@@ -31,6 +31,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
 from ..redact import redact_url
+from ..tls import client_context
 from ._stdio import run_stdio
 from ._web_guard import AllowRule, GuardedTransport, Refused, parse_allow_host
 
@@ -324,6 +325,7 @@ class _Web:
             timeout=httpx2.Timeout(self.timeout_s),
             headers={"User-Agent": self.user_agent},
             transport=GuardedTransport(self.allow) if guarded else None,
+            verify=client_context(),
         )
 
     async def get(

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
+import logging
 import os
 import re
+import select
 import sqlite3
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +47,8 @@ import orjson
 
 from ..private import private_dir, private_file, tighten_file
 from .migrations import migrate, migrate_postgres
+
+log = logging.getLogger("crow.store")
 
 __all__ = [
     "PendingMessage",
@@ -62,6 +68,10 @@ __all__ = [
 #: a stuck lock ends a turn with a visible error instead of hanging it
 #: (``CROW_STORE_BUSY_TIMEOUT_MS`` tunes it, for slow disks and for tests).
 BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
+#: Seconds to open a connection to a PostgreSQL server.
+CONNECT_TIMEOUT_S = 10
+#: A PostgreSQL connection unused this long is checked before its next call.
+CHECK_AFTER_S = 5.0
 #: The PostgreSQL channel every logged update is announced on ("<session id> <seq>").
 UPDATES_CHANNEL = "crow_updates"
 #: ... and a cancelled turn, for the server running it ("<session id>").
@@ -602,9 +612,15 @@ class PostgresStore(Store):
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
     ) -> int:
-        conn = self.db.conn  # type: ignore[attr-defined]
-        with conn.transaction():
-            return self._append_message(session_id, message, kind)
+        self.db.execute(self.BEGIN)
+        try:
+            seq = self._append_message(session_id, message, kind)
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        return seq
 
     def _lock_session(self, session_id: str) -> None:
         # Servers appending to one session wait for each other on its row: MAX(seq) + 1
@@ -614,29 +630,111 @@ class PostgresStore(Store):
 
 class _PostgresConnection:
     """A psycopg connection answering the sqlite3 calls ``Store`` makes: ``?``
-    placeholders, ``execute`` returning a cursor, ``in_transaction``."""
+    placeholders, ``execute`` returning a cursor, ``in_transaction``; and coming back
+    after the connection is lost (a restarted or failed-over server, a terminated
+    backend).
+
+    One connection, reopened, not a pool (``psycopg_pool``): the store runs every
+    call on one thread, and its transactions span several calls (``BEGIN``, the
+    appends, ``COMMIT``), which a pool would have to pin to one connection anyway.
+
+    - A call on a connection known to be lost reconnects first; so does one after
+      ``CHECK_AFTER_S`` of quiet whose check (an empty query, as psycopg_pool's
+      ``check_connection``) fails: a server restarted meanwhile costs nothing.
+    - A call that fails as the connection goes is not retried (the server may have
+      done it): it raises, and the one after reconnects.
+    - A transaction whose connection is lost is never carried on over a new one:
+      its later statements raise until it is rolled back, so nothing is half-written.
+    """
 
     def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = self._connect()
+        self._in_transaction = False  # a BEGIN of ours is open
+        self._lost_transaction = False  # ... and its connection went: it must end
+        self._last_used = time.monotonic()
+
+    def _connect(self) -> Any:
         psycopg = _psycopg()
-        self.conn = psycopg.connect(url, autocommit=True, connect_timeout=10)
-        timeout_ms = BUSY_TIMEOUT_MS  # a lock held elsewhere fails the call, bounded
-        self.conn.execute(f"SET lock_timeout = {int(timeout_ms)}")
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        # A lock held elsewhere fails the call, bounded, as SQLite's busy timeout does.
+        conn.execute(f"SET lock_timeout = {int(BUSY_TIMEOUT_MS)}")
+        return conn
+
+    def ready(self) -> Any:
+        """The connection, reopened if it was lost.  Raises psycopg.Error."""
+        lost = self.conn.closed or self.conn.broken
+        if self._in_transaction:
+            if lost or self._lost_transaction:
+                self._lost_transaction = True
+                raise _lost_in_transaction()
+        elif lost or self._hung_up() or self._quiet_and_dead():
+            log.warning("the connection to %s was lost: reconnecting", redact_url(self.url))
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = self._connect()
+        self._last_used = time.monotonic()
+        return self.conn
+
+    def _hung_up(self) -> bool:
+        """Whether the server spoke on the idle connection: it does so to hang up (a
+        terminated backend, a restart: an error, then the end); nothing else comes on a
+        connection that does not LISTEN (a rare notice only costs a reconnect).  No
+        round trip."""
+        try:
+            readable, _, _ = select.select([self.conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError):  # no socket any more
+            return True
+        return bool(readable)
+
+    def _quiet_and_dead(self) -> bool:
+        """After ``CHECK_AFTER_S`` unused, an empty query (psycopg_pool's
+        ``check_connection``) must answer: a route that died without a word."""
+        import psycopg
+
+        if time.monotonic() - self._last_used <= CHECK_AFTER_S:
+            return False
+        try:
+            self.conn.execute("")
+        except psycopg.OperationalError:
+            return True
+        return False
 
     def execute(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
-        return self.conn.execute(sql.replace("?", "%s"), params)
+        word = sql.lstrip()[:8].upper()
+        ending = word.startswith(("COMMIT", "ROLLBACK"))
+        gone = self._lost_transaction or self.conn.closed or self.conn.broken
+        if ending and self._in_transaction and gone:
+            self._in_transaction = self._lost_transaction = False
+            if word.startswith("ROLLBACK"):
+                return None  # the server dropped it with the connection
+            raise _lost_in_transaction()
+        conn = self.ready()
+        cursor = conn.execute(sql.replace("?", "%s"), params)
+        if word.startswith("BEGIN"):
+            self._in_transaction = True
+        elif word.startswith(("COMMIT", "ROLLBACK")):
+            self._in_transaction = False
+        return cursor
 
     def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        with self.conn.cursor() as cursor:
+        with self.ready().cursor() as cursor:
             cursor.executemany(sql.replace("?", "%s"), rows)
 
     @property
     def in_transaction(self) -> bool:
-        from psycopg.pq import TransactionStatus
-
-        return bool(self.conn.info.transaction_status != TransactionStatus.IDLE)
+        return self._in_transaction
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _lost_in_transaction() -> Exception:
+    import psycopg
+
+    return psycopg.OperationalError(
+        "the connection to PostgreSQL was lost in a transaction; none of it was kept"
+    )
 
 
 def redact_url(url: str) -> str:

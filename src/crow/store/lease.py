@@ -6,7 +6,7 @@ session" is kept in the store: a process takes a session's lease (the
 gives it back in the same transaction as the turn's final ``idle``.
 
 An owner is named ``host:pid:start`` where ``start`` is the process's start
-time (``/proc/<pid>/stat`` field 22 on Linux): a pid the kernel handed to a new
+time (``crow.proc.start_time``): a pid the kernel handed to a new
 process does not pass for the dead owner.  On this host a dead owner loses its
 lease at once; an owner on another host (a store shared over the network, see
 the PostgreSQL backend) loses it when the lease expires unrenewed.
@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import socket
 import time
+
+from crow.proc import pid_alive, start_time
 
 __all__ = ["LEASE_S", "RENEW_EVERY_S", "expiry", "owner_alive", "this_process"]
 
@@ -29,36 +31,9 @@ RENEW_EVERY_S = 15.0
 _HOST = socket.gethostname()
 
 
-def _start_time(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot; None if it is gone (a
-    zombie, killed and not yet reaped by its parent, is gone: it runs nothing)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return "?"  # no procfs access: fall back to the pid alone
-    # The command name (field 2) may hold spaces and parentheses: split after it.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[:1] == [b"Z"]:
-        return None
-    return fields[19].decode() if len(fields) > 19 else "?"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def this_process() -> str:
     pid = os.getpid()
-    return f"{_HOST}:{pid}:{_start_time(pid) or '?'}"
+    return f"{_HOST}:{pid}:{start_time(pid) or '?'}"
 
 
 def owner_alive(
@@ -72,9 +47,9 @@ def owner_alive(
     if host != _HOST or not pid_text.isdigit():
         return lease_expires is not None and lease_expires > (now or time.time())
     pid = int(pid_text)
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
-    current = _start_time(pid)
+    current = start_time(pid)
     if current is None:
         return False
     return "?" in (start, current) or current == start

@@ -29,7 +29,7 @@ from crow.acp import AcpError, InvalidParams, Peer, ResourceNotFound
 # The ``mcp`` SDK (~0.6 s to import) is imported where a transport is opened: a
 # connection that never opens one (most) never pays for it.
 
-__all__ = ["AcpMcpLinks", "AcpMcpTransport", "McpRelay"]
+__all__ = ["AcpMcpLinks", "AcpMcpTransport", "McpRelay", "in_memory_transport"]
 
 log = logging.getLogger("crow.tools.acp")
 
@@ -208,6 +208,24 @@ class AcpMcpTransport(_RawMcp):
         await self._notify(method, params)
 
 
+def in_memory_transport(server: Any) -> Any:
+    """The MCP SDK's in-memory transport to ``server`` (client streams to a server run
+    in this process).  It is private in mcp 2.x (``mcp.client._memory``): imported
+    guarded, so a release that moves it fails here with a sentence, not as a task
+    that never starts.  Raises ConnectionError."""
+    try:
+        from mcp.client._memory import InMemoryTransport
+    except ImportError as exc:
+        from importlib.metadata import version
+
+        raise ConnectionError(
+            f"the installed mcp {version('mcp')} has no in-memory transport where Crow "
+            "looks for it (mcp.client._memory.InMemoryTransport, as in mcp 2.3): MCP "
+            "over ACP cannot serve; install the mcp version pyproject.toml names"
+        ) from exc
+    return InMemoryTransport(server)
+
+
 class McpRelay(_RawMcp):
     """The provider's side: one in-process MCP server, spoken to in raw JSON-RPC.
 
@@ -231,16 +249,16 @@ class McpRelay(_RawMcp):
         self._tasks: set[asyncio.Future[None]] = set()
 
     async def start(self) -> None:
-        self._owner = asyncio.create_task(self._own(), name="mcp-relay")
+        """Start the server; raises ConnectionError when it cannot run."""
+        transport = in_memory_transport(self.server)
+        self._owner = asyncio.create_task(self._own(transport), name="mcp-relay")
         await self._ready.wait()
         if self._write is None:
             raise ConnectionError("the MCP server did not start")
 
-    async def _own(self) -> None:
-        from mcp.client._memory import InMemoryTransport
-
+    async def _own(self, transport: Any) -> None:
         try:
-            async with InMemoryTransport(self.server) as (read, write):
+            async with transport as (read, write):
                 self._write = write
                 self._ready.set()
                 reader = asyncio.create_task(self._read(read))

@@ -304,7 +304,8 @@ def _adopt(server: _Server) -> None:
     if server.label is not None:
         server.pgid = children.child_with(server.label)
         if server.pgid is not None:
-            children.register(server.pgid)  # start_new_session: its pid is its group's id
+            # start_new_session: its pid is its group's id
+            children.register(server.pgid, label=server.label)
 
 
 def _release(server: _Server) -> None:
@@ -355,7 +356,10 @@ def _http_transport(url: str, headers: dict[str, str]) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    return streamable_http_client(url, http_client=httpx2.AsyncClient(headers=headers))
+    from crow.tls import client_context
+
+    client = httpx2.AsyncClient(headers=headers, verify=client_context())
+    return streamable_http_client(url, http_client=client)
 
 
 def _is_tool_level(exc: BaseException) -> bool:

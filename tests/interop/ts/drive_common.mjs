@@ -127,7 +127,9 @@ export function projectAgentText(updates) {
 // Runs the v2 flow (initialize, new, prompt, idle, resume with replay, close) over raw, validated; resolves to the result.
 // newSessionMeta: session/new's _meta; untilAfterIdle(update): after the idle, wait for an update it accepts
 // (a judge's verdict comes after the worker's idle) before the resume.
-export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, newSessionMeta, untilAfterIdle, resumeSessionId }) {
+// unknownSessionId: first ask to resume that session, expect a JSON-RPC error back, and carry on
+// (a transport that took the refusal for a lost connection fails every later step).
+export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, newSessionMeta, untilAfterIdle, resumeSessionId, unknownSessionId }) {
   const stream = validatingStream(raw, (dir, err) => fail(`${dir} message invalid: ${err}`));
 
   // One projection for the whole connection, installed before session/new (§7.2).
@@ -193,6 +195,17 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, ne
     }
 
     const cwd = process.cwd();
+    let unknownSession;
+    if (unknownSessionId) {
+      try {
+        await agent.request(acp.methods.agent.session.resume, { sessionId: unknownSessionId, cwd, mcpServers: [] });
+        throw new Error(`session/resume of the unknown session ${unknownSessionId} succeeded`);
+      } catch (e) {
+        if (e?.code === undefined) throw e;
+        unknownSession = { code: e.code, data: e.data ?? null };
+      }
+      await agent.request(acp.methods.agent.session.list, {}); // the connection lives on
+    }
     let session;
     if (resumeSessionId) {
       // An existing session (made elsewhere, e.g. on another server): attach to it.
@@ -238,6 +251,7 @@ export function runV2Flow(raw, { driverInfo, prompt, beforeResult = () => {}, ne
       replayUpdates,
       afterIdleUpdates,
       resumeResponse,
+      unknownSession: unknownSession ?? null,
       agentText: projectAgentText(liveUpdates),
     };
   });

@@ -4,11 +4,14 @@
 //
 //   node drive_http.mjs --url URL [--transport http|ws] [--prompt TEXT]
 //                       [--token TOKEN] [--timeout-ms MS] [--trace] [--session ID]
+//                       [--unknown-session ID]
 //
 // Connects to an ACP agent served at URL (e.g. http://127.0.0.1:8765/acp) and
 // runs initialize -> session/new -> session/prompt -> wait for running..idle ->
 // session/resume (replay from start) -> session/close, then tears the
-// connection down (HTTP: DELETE; WebSocket: close handshake). Prints ONE JSON
+// connection down (HTTP: DELETE; WebSocket: close handshake). With --unknown-session,
+// a session/resume of that id comes first and must be refused with a JSON-RPC error
+// (result.unknownSession), the connection living on. Prints ONE JSON
 // object on stdout, shaped like drive_agent.mjs's: {"ok": true, ...} or
 // {"ok": false, "error": ...} (exit 1).
 //
@@ -65,7 +68,7 @@ configureDriver("drive_http", {
 });
 
 function parseArgs(argv) {
-  const o = { url: undefined, transport: "http", prompt: "hello", token: undefined, timeoutMs: 20000, trace: false, session: undefined };
+  const o = { url: undefined, transport: "http", prompt: "hello", token: undefined, timeoutMs: 20000, trace: false, session: undefined, unknownSession: undefined };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const value = () => {
@@ -79,6 +82,7 @@ function parseArgs(argv) {
     else if (a === "--timeout-ms") o.timeoutMs = Number(value());
     else if (a === "--trace") o.trace = true;
     else if (a === "--session") o.session = value(); // attach to it instead of session/new
+    else if (a === "--unknown-session") o.unknownSession = value();
     else throw new Error(`unknown argument ${a}`);
   }
   if (!o.url) throw new Error("--url is required");
@@ -239,6 +243,7 @@ async function main() {
     prompt: opts.prompt,
     beforeResult: () => (closingOnPurpose = true),
     resumeSessionId: opts.session,
+    unknownSessionId: opts.unknownSession,
   });
   // connectWith has closed the connection, which makes the SDK transport tear
   // itself down; wait for that to finish on the wire.

@@ -214,6 +214,10 @@ def test_encoding_is_one_compact_line():
 DECODABLE = [  # (frame, value)
     (b'{"id":"\\ud800"}', {"id": "\ud800"}),  # orjson refuses a lone surrogate escape
     (b"[" * 1000 + b"]" * 1000, "nested"),
+    # orjson reads integers past 64 bits as floats: an id stays the integer it was
+    (b'{"id":123456789012345678901234567890}', {"id": 123456789012345678901234567890}),
+    (b'{"id":-18446744073709551617}', {"id": -18446744073709551617}),
+    (b'{"id":1.5}', {"id": 1.5}),
 ]
 
 
@@ -222,6 +226,7 @@ def test_decode_takes_valid_json_orjson_refuses(frame, value):
     got = decode(frame)
     if value != "nested":
         assert got == value
+        assert [type(v) for v in got.values()] == [type(v) for v in value.values()]
 
 
 @pytest.mark.parametrize(

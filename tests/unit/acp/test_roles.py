@@ -156,5 +156,6 @@ def test_public_api_is_what_the_package_defines():
         "projection",
         "router",
         "transports",
+        "v1_client",
     }
     assert crow.acp.__all__ == sorted(crow.acp.__all__, key=lambda n: (not n.isupper(), n))

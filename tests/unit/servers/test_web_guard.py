@@ -18,6 +18,7 @@ import httpcore2
 import httpx2
 import pytest
 
+from crow import tls as crow_tls
 from crow.servers._web_guard import (
     AllowRule,
     GuardedBackend,
@@ -276,7 +277,8 @@ async def test_https_verifies_the_name_while_connecting_to_the_address(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cert_file, key_file = _self_signed(tmp_path)
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # read by the transport's SSL context
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert_file))  # read by Crow's trust source...
+    monkeypatch.setattr(crow_tls, "_context", None)  # ... when it is made (once per process)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert_file, key_file)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hello)

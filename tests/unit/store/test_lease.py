@@ -36,11 +36,11 @@ def test_a_killed_owner_its_parent_has_not_reaped_is_not_alive():
     import time
     from pathlib import Path
 
-    from crow.store.lease import _start_time
+    from crow.proc import start_time
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     host = this_process().split(":")[0]
-    owner = f"{host}:{child.pid}:{_start_time(child.pid)}"
+    owner = f"{host}:{child.pid}:{start_time(child.pid)}"
     assert owner_alive(owner, expiry())
     child.kill()  # a zombie now: nobody has waited for it yet
     while b") Z " not in Path(f"/proc/{child.pid}/stat").read_bytes():

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -26,20 +27,25 @@ log = logging.getLogger("crow.acp.http")
 
 #: Seconds to connect and to wait for a POST's answer (SSE reads have no limit).
 REQUEST_TIMEOUT_S = 30.0
+#: The largest event an SSE stream may carry: one message, as large as the server takes.
+MAX_EVENT_BYTES = 64 * 1024 * 1024
 
 
-async def connect_url(url: str, *, token: str | None = None) -> Any:
+async def connect_url(
+    url: str, *, token: str | None = None, tls: ssl.SSLContext | None = None
+) -> Any:
     """A transport to the ACP endpoint at ``url``.  Raises ConnectionError.
 
     A ``token`` query parameter in ``url`` (the URL ``crow serve --http`` prints) is
-    used when ``token`` is not given; either way it travels only as a bearer header."""
+    used when ``token`` is not given; either way it travels only as a bearer header.
+    ``tls``: what verifies an https:// or wss:// server (default: the libraries')."""
     url, in_url = split_token(url)
     token = token or in_url
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if url.startswith(("ws://", "wss://")):
-        return await WebSocketClientTransport.open(url, headers)
+        return await WebSocketClientTransport.open(url, headers, tls=tls)
     if url.startswith(("http://", "https://")):
-        return HttpClientTransport(url, headers)
+        return HttpClientTransport(url, headers, tls=tls)
     raise ConnectionError(f"{url!r} is not an http(s):// or ws(s):// URL")
 
 
@@ -57,12 +63,16 @@ def split_token(url: str) -> tuple[str, str | None]:
 
 
 class HttpClientTransport:
-    def __init__(self, url: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self, url: str, headers: dict[str, str], *, tls: ssl.SSLContext | None = None
+    ) -> None:
         import httpx2
 
         self.url = url
         self.client = httpx2.AsyncClient(
-            headers=headers, timeout=httpx2.Timeout(REQUEST_TIMEOUT_S, read=None)
+            headers=headers,
+            timeout=httpx2.Timeout(REQUEST_TIMEOUT_S, read=None),
+            verify=tls if tls is not None else True,
         )
         self.connection_id: str | None = None
         self.inbound: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -149,9 +159,13 @@ class HttpClientTransport:
                     if session is not None:
                         self.streams.pop(session, None)  # the next message tries again
                     return
-                async for line in response.aiter_lines():
-                    if line.startswith("data:"):
-                        self._deliver(line[5:].strip().encode(), session)
+                # httpx2's SSE parser: an event may span several data: lines (joined
+                # with newlines), carry other fields, end in CRLF; comments are skipped.
+                # Its event name is not read, as in the TS SDK: every event is a message.
+                events = httpx2.EventSource(response, max_event_size=MAX_EVENT_BYTES)
+                async for event in events:
+                    if event.data:
+                        self._deliver(event.data.encode(), session)
         except httpx2.HTTPError as exc:
             log.info("SSE stream ended: %s", exc)
         finally:
@@ -185,12 +199,15 @@ class WebSocketClientTransport:
         self.socket = socket
 
     @classmethod
-    async def open(cls, url: str, headers: dict[str, str]) -> WebSocketClientTransport:
+    async def open(
+        cls, url: str, headers: dict[str, str], *, tls: ssl.SSLContext | None = None
+    ) -> WebSocketClientTransport:
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus, WebSocketException
 
+        secure = tls if tls is not None and url.startswith("wss://") else None
         try:
-            socket = await connect(url, additional_headers=headers, max_size=None)
+            socket = await connect(url, additional_headers=headers, max_size=None, ssl=secure)
         except InvalidStatus as exc:
             body = exc.response.body.decode("utf-8", "replace") if exc.response.body else ""
             raise ConnectionError(refused(url, exc.response.status_code, body)) from exc
@@ -245,6 +262,7 @@ def _refusal(message: Any, session: str | None, status: int, body: str) -> Any:
     when the connection itself is gone or the message was not a request."""
     if not (isinstance(message, dict) and "method" in message and "id" in message):
         return None
+    # Older Crow servers answered an unknown session 404 (now: -32002 on its stream).
     unknown_session = status == 404 and "Acp-Session-Id" in body
     if status in CONNECTION_GONE or (status == 404 and not unknown_session):
         return None

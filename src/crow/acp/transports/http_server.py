@@ -9,13 +9,22 @@ One endpoint (``/acp``):
   ``202``; its response arrives on an SSE stream.  A ``POST`` about a session
   (``session/prompt`` and the others in ``SESSION_METHODS``, or any message with
   ``params.sessionId``) must name it in ``Acp-Session-Id`` too (400 without or
-  mismatched, 404 for a session the agent does not know), as in the TS SDK.
+  mismatched), as in the TS SDK.  A session the agent does not know is no HTTP
+  error: the agent answers the request with -32002 on that session's stream, as
+  the TS SDK's server does (its client takes a 404 for "the connection is gone"
+  and closes it, every other session with it).
+- ``session/load`` and ``session/resume`` may come without ``Acp-Session-Id``
+  (the Python SDK's client sends them so): they are answered on the connection's
+  stream, and so is the rest of that session's traffic until its client opens
+  the session's stream.
 - ``GET`` (``Accept: text/event-stream``) opens the connection's stream or, with
-  ``Acp-Session-Id``, a session's stream.  Messages of a session (its
-  ``session/update``s, the agent's requests about it, responses to ``POST``s
-  that named it) go to that session's stream; the rest to the connection's.
-  A stream with no reader buffers, so a client that reconnects its stream
-  misses nothing.  Idle streams get ``: keepalive`` comments.
+  ``Acp-Session-Id``, a session's stream (any id: a request about an unknown
+  session is answered there).  Messages of a session (its ``session/update``s,
+  the agent's requests about it, responses to ``POST``s that named it) go to
+  that session's stream; the rest to the connection's.  A stream with no reader
+  buffers, so a client that reconnects its stream misses nothing; a session's
+  stream its reader left empty is forgotten.  Idle streams get ``: keepalive``
+  comments.
 - ``DELETE`` ends the connection (``202``).
 - A WebSocket on the same path is one connection: a text frame per message.
 
@@ -26,7 +35,11 @@ stays four times that far behind that long) is dropped, so a stalled reader
 neither grows the server without bound nor slows the turn for the session's
 other watchers; it can come back and resume with its ``_crow/after`` cursor.
 An HTTP connection with no request and no open stream for ``idle_timeout_s``
-expires.
+expires.  A WebSocket that has not initialized within ``init_timeout_s`` is
+closed (1008).  Connections waiting for their initialize answer count against
+``max_pending_connections``, not ``max_connections``, and when that is full the
+oldest silent WebSocket makes room: clients that connect and say nothing cannot
+lock the others out.
 
 The app knows nothing of agents: ``serve`` is called with each new
 connection's transport and serves it until it ends.  Authentication and the
@@ -87,8 +100,9 @@ SESSION_METHODS = frozenset(
     }
 )
 
-#: Session methods that succeed for an unknown session: the agent answers them.
-IDEMPOTENT = frozenset({"session/close", "session/delete"})
+#: Session methods that may come without ``Acp-Session-Id``: they (re)attach a session,
+#: and the Python SDK's client (agent-client-protocol 0.12) sends them on the connection.
+ATTACH_METHODS = frozenset({"session/load", "session/resume"})
 
 Serve = Callable[["HttpTransport"], Awaitable[None]]
 
@@ -103,15 +117,24 @@ class HttpLimits:
     max_output_stall_s: float = 5.0
     #: An HTTP connection with no request and no open stream for this long expires.
     idle_timeout_s: float = 60.0
+    #: A WebSocket whose initialize has not been answered this long after it opened
+    #: is closed.
+    init_timeout_s: float = 10.0
+    #: Connections not yet initialized (counted apart from ``max_connections``).
+    max_pending_connections: int = 64
     #: Idle SSE streams get a comment this often, so proxies keep them open (§11).
     keepalive_s: float = 15.0
+    #: Session streams a connection may hold with no reader (the TS SDK's limit): each
+    #: request about a new session id makes one, and it holds its answer until read.
+    max_session_streams: int = 1024
 
 
 class _Stream:
     """Output for one SSE stream (or a WebSocket), kept until its reader takes it."""
 
-    def __init__(self, owner: HttpTransport) -> None:
+    def __init__(self, owner: HttpTransport, session_id: str | None) -> None:
         self.owner = owner
+        self.session_id = session_id
         self.frames: deque[bytes] = deque()
         self.ready = asyncio.Event()
         self.reader = False
@@ -158,12 +181,17 @@ class HttpTransport:
     streams: dict[str | None, _Stream] = field(default_factory=dict)  # None: the connection's
     request_sessions: dict[Any, str] = field(default_factory=dict)  # inbound id -> session
     direct: dict[Any, asyncio.Future[bytes]] = field(default_factory=dict)  # answered in-body
-    sessions: set[str] = field(default_factory=set)  # Acp-Session-Ids known to be good
+    #: Sessions attached without ``Acp-Session-Id`` whose stream was never opened:
+    #: their traffic goes to the connection's stream meanwhile.
+    unopened: set[str] = field(default_factory=set)
     buffered: int = 0  # bytes written and not yet taken by a reader
     over_since: float | None = None  # when ``buffered`` went past the limit
     last_taken: float = 0.0  # when a reader last took output
     last_active: float = 0.0
     closed: bool = False
+    #: Its initialize was answered with a result (an HTTP connection exists only then).
+    initialized: bool = False
+    initializing: set[Any] = field(default_factory=set)  # ids of initialize requests seen
     dropped: str | None = None  # why the connection was dropped, if it was
     close_code: int = 1000  # for a WebSocket
     done: asyncio.Event = field(default_factory=asyncio.Event)
@@ -171,8 +199,29 @@ class HttpTransport:
     def stream(self, session_id: str | None) -> _Stream:
         stream = self.streams.get(session_id)
         if stream is None:
-            stream = self.streams[session_id] = _Stream(self)
+            stream = self.streams[session_id] = _Stream(self, session_id)
         return stream
+
+    def session_stream(self, session_id: str) -> _Stream:
+        """Where a message of ``session_id`` goes: its stream, or the connection's
+        while a session attached without ``Acp-Session-Id`` has no stream open."""
+        if session_id in self.unopened:
+            return self.stream(None)
+        return self.stream(session_id)
+
+    def opened(self, stream: _Stream) -> None:
+        """A reader took ``stream``: its session's traffic goes there from now on."""
+        stream.reader = True
+        if stream.session_id is not None:
+            self.unopened.discard(stream.session_id)
+
+    def left(self, stream: _Stream) -> None:
+        """The reader of ``stream`` left: a session's stream with nothing queued is
+        forgotten (one for an unknown session id would otherwise stay forever)."""
+        stream.reader = False
+        key = stream.session_id
+        if key is not None and not stream.frames and self.streams.get(key) is stream:
+            del self.streams[key]
 
     def touch(self) -> None:
         self.last_active = asyncio.get_running_loop().time()
@@ -196,19 +245,42 @@ class HttpTransport:
             stream = self.stream(None)
             for frame in frames:
                 stream.put(frame)
+                if self.initializing:
+                    self._check_initialized(frame)
         else:
             for frame in frames:
                 self._route(frame)
         self._check_backlog()
+
+    def received(self, frame: bytes) -> None:
+        """An inbound frame of a WebSocket: an initialize is noted, to see its answer."""
+        if not self.initialized and b'"initialize"' in frame:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                message = orjson.loads(frame)
+                if isinstance(message, dict) and message.get("method") == "initialize":
+                    self.initializing.add(_key(message.get("id")))
+        self.inbound.put_nowait(frame)
+
+    def _check_initialized(self, frame: bytes) -> None:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            message = orjson.loads(frame)
+            if (
+                isinstance(message, dict)
+                and "result" in message
+                and _key(message.get("id")) in self.initializing
+            ):
+                self.initialized = True
+                self.initializing.clear()
 
     def _route(self, frame: bytes) -> None:
         if frame.startswith(UPDATE_PREFIX):  # most frames: no need to parse them
             end = frame.find(b'"', len(UPDATE_PREFIX))
             session_id = frame[len(UPDATE_PREFIX) : end]
             if end > 0 and b"\\" not in session_id:  # an escaped id: parsed below
-                self.stream(session_id.decode()).put(frame)
+                self.session_stream(session_id.decode()).put(frame)
                 return
         message = orjson.loads(frame)
+        session: Any = None
         if isinstance(message, dict) and "method" not in message:  # a response
             future = self.direct.pop(message.get("id"), None)
             if future is not None and not future.done():
@@ -217,11 +289,12 @@ class HttpTransport:
             session = self.request_sessions.pop(_key(message.get("id")), None)
         elif isinstance(message, dict):
             session = _session_of(message)
-        else:
-            session = None
-        self.stream(session if isinstance(session, str) else None).put(frame)
+        stream = self.session_stream(session) if isinstance(session, str) else self.stream(None)
+        stream.put(frame)
 
     def _check_backlog(self) -> None:
+        if len(self.streams) > self.limits.max_session_streams:
+            self._check_unread_streams()
         limit = self.limits.max_buffered_bytes
         if self.buffered <= limit:
             return
@@ -237,6 +310,15 @@ class HttpTransport:
             self.drop(
                 f"the client fell behind: over {limit} bytes of output unread; "
                 "resume the session on a new connection with replayFrom _crow/after"
+            )
+
+    def _check_unread_streams(self) -> None:
+        limit = self.limits.max_session_streams
+        unread = sum(1 for s in self.streams.values() if s.frames and not s.reader)
+        if unread > limit:
+            self.drop(
+                f"over {limit} session streams hold output nobody reads: open each "
+                "session's stream (GET with Acp-Session-Id) or use fewer sessions"
             )
 
     def taken(self, size: int) -> None:
@@ -281,6 +363,32 @@ def _session_of(message: dict[str, Any]) -> str | None:
     return session if isinstance(session, str) else None
 
 
+def _session_route(
+    transport: HttpTransport, message: dict[str, Any], header: str | None
+) -> str | Response | None:
+    """The session a POST concerns (None: the connection), or why it is refused.
+
+    A session the agent does not know is not refused here: the agent answers the
+    request with -32002, on that session's stream (ACP-V2.md §11, as the TS SDK)."""
+    if "method" not in message:  # a response to the agent: routed by its id
+        return header or None
+    named = _session_of(message)
+    if not header:
+        if message["method"] in ATTACH_METHODS:
+            stream = transport.streams.get(named) if named is not None else None
+            if named is not None and (stream is None or not stream.reader):
+                transport.unopened.add(named)  # answered on the connection's stream
+            return None
+        if named is not None or message["method"] in SESSION_METHODS:
+            return _text(
+                400, f"missing Acp-Session-Id header: {message['method']} concerns a session"
+            )
+        return None
+    if named is not None and named != header:
+        return _text(400, "mismatched Acp-Session-Id: the header and params.sessionId differ")
+    return header
+
+
 def _is_id(value: Any) -> bool:
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
@@ -288,9 +396,7 @@ def _is_id(value: Any) -> bool:
 class AcpHttpApp:
     """The ASGI app.
 
-    ``check(scope)`` returns an error response to refuse a request;
-    ``session_exists(id)`` says whether the agent knows a session (without it,
-    every ``Acp-Session-Id`` is taken as known).
+    ``check(scope)`` returns an error response to refuse a request.
     """
 
     def __init__(
@@ -300,13 +406,11 @@ class AcpHttpApp:
         path: str = "/acp",
         limits: HttpLimits | None = None,
         check: Callable[[Scope], Response | None] | None = None,
-        session_exists: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self.serve = serve
         self.path = path
         self.limits = limits or HttpLimits()
         self.check = check
-        self.session_exists = session_exists
         self.connections: dict[str, HttpTransport] = {}
         self.gone: OrderedDict[str, str] = OrderedDict()  # ended connection -> why
         self.tasks: set[asyncio.Task[None]] = set()
@@ -344,15 +448,22 @@ class AcpHttpApp:
     # ---- connections --------------------------------------------------------------
     def _open(self, *, websocket: bool = False) -> HttpTransport | Response:
         self._start_reaper()
-        if len(self.connections) >= self.limits.max_connections:
+        self._make_pending_room()
+        refusal = self._over_limit()
+        if refusal is not None:
             self._expire_idle()
-        if len(self.connections) >= self.limits.max_connections:
-            return _text(503, f"too many connections (limit {self.limits.max_connections})")
+            refusal = self._over_limit()
+        if refusal is not None:
+            return _text(503, refusal)
         transport = HttpTransport(
             id=secrets.token_urlsafe(16), limits=self.limits, websocket=websocket
         )
         transport.touch()
         self.connections[transport.id] = transport
+        if websocket:
+            asyncio.get_running_loop().call_later(
+                self.limits.init_timeout_s, self._check_init, transport
+            )
 
         async def run() -> None:
             try:
@@ -367,6 +478,32 @@ class AcpHttpApp:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return transport
+
+    def _over_limit(self) -> str | None:
+        """Why a new connection is refused now, if it is."""
+        pending = sum(1 for t in self.connections.values() if not t.initialized)
+        if pending >= self.limits.max_pending_connections:
+            limit = self.limits.max_pending_connections
+            return f"too many connections waiting for initialize (limit {limit})"
+        if len(self.connections) - pending >= self.limits.max_connections:
+            return f"too many connections (limit {self.limits.max_connections})"
+        return None
+
+    def _make_pending_room(self) -> None:
+        """Drop the oldest WebSocket still waiting to initialize while the pending
+        budget is full (an initialize POST in flight is bounded by its own wait)."""
+        pending = [t for t in self.connections.values() if not t.initialized]
+        if len(pending) < self.limits.max_pending_connections:
+            return
+        silent = next((t for t in pending if t.websocket and not t.initializing), None)
+        if silent is not None:
+            silent.drop("no initialize yet, and newer connections need the room")
+            self._forget(silent, None)
+
+    def _check_init(self, transport: HttpTransport) -> None:
+        if not (transport.initialized or transport.closed):
+            limit = self.limits.init_timeout_s
+            transport.drop(f"no initialize within {limit:g} s of connecting")
 
     def _forget(self, transport: HttpTransport, why: str | None) -> None:
         """Free the connection's slot; ``why`` (or its drop reason) stays as a tombstone."""
@@ -438,41 +575,13 @@ class AcpHttpApp:
         transport = self._connection(request)
         if isinstance(transport, Response):
             return transport
-        session = await self._session_route(transport, message, request.headers.get(SESSION_HEADER))
+        session = _session_route(transport, message, request.headers.get(SESSION_HEADER))
         if isinstance(session, Response):
             return session
         if session and "method" in message and _is_id(message.get("id")):
             transport.request_sessions[_key(message["id"])] = session
         transport.inbound.put_nowait(body)
         return Response(status_code=202)
-
-    async def _session_route(
-        self, transport: HttpTransport, message: dict[str, Any], header: str | None
-    ) -> str | Response | None:
-        """The session a POST concerns, or why it is refused."""
-        if "method" not in message:  # a response to the agent: routed by its id
-            return header or None
-        named = _session_of(message)
-        if not header:
-            if named is not None or message["method"] in SESSION_METHODS:
-                return _text(
-                    400, f"missing Acp-Session-Id header: {message['method']} concerns a session"
-                )
-            return None
-        if named is not None and named != header:
-            return _text(400, "mismatched Acp-Session-Id: the header and params.sessionId differ")
-        if message["method"] not in IDEMPOTENT and not await self._known(transport, header):
-            return _text(404, f"unknown Acp-Session-Id {header[:80]!r}")
-        return header
-
-    async def _known(self, transport: HttpTransport, session: str) -> bool:
-        """Whether the agent knows ``session`` (remembered per connection once it does)."""
-        if session in transport.sessions:
-            return True
-        if self.session_exists is not None and not await self.session_exists(session):
-            return False
-        transport.sessions.add(session)
-        return True
 
     async def _initialize(self, message: dict[str, Any], body: bytes) -> Response:
         if message.get("method") != "initialize" or "id" not in message:
@@ -496,6 +605,7 @@ class AcpHttpApp:
         if b'"error"' in frame and orjson.loads(frame).get("error") is not None:
             self._fail(transport)  # a failed initialize opens no connection
             return Response(frame, 200, media_type="application/json")
+        transport.initialized = True
         return Response(
             frame, 200, media_type="application/json", headers={"Acp-Connection-Id": transport.id}
         )
@@ -513,12 +623,10 @@ class AcpHttpApp:
         if isinstance(transport, Response):
             return transport
         session = request.headers.get(SESSION_HEADER) or None
-        if session is not None and not await self._known(transport, session):
-            return _text(404, f"unknown Acp-Session-Id {session[:80]!r}")
         stream = transport.stream(session)
         if stream.reader:
             return _text(409, "this stream already has a reader")
-        stream.reader = True
+        transport.opened(stream)
         return StreamingResponse(
             _events(stream),
             media_type="text/event-stream",
@@ -567,7 +675,7 @@ class AcpHttpApp:
                 if len(text) > self.limits.max_message_bytes:
                     transport.close_code = 1009
                     break
-                transport.inbound.put_nowait(text.encode())
+                transport.received(text.encode())
         except Exception as exc:  # a broken socket ends its connection, nothing more
             log.debug("WebSocket %s: %s", transport.id, exc)
         finally:
@@ -613,7 +721,7 @@ async def _events(stream: _Stream) -> AsyncIterator[bytes]:
             if frames:
                 yield b"".join([b"data: " + frame + b"\n\n" for frame in frames])
     finally:
-        stream.reader = False  # a reconnecting reader gets what is still queued
+        stream.owner.left(stream)  # a reconnecting reader gets what is still queued
         stream.owner.touch()
 
 
