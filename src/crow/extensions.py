@@ -5,10 +5,12 @@ Both are extensions the protocol allows: other clients ignore them.
 
 __all__ = [
     "APPROVED",
+    "BACKGROUND",
     "FROM",
     "INSERT",
     "JUDGING",
     "MAX_VERDICT_CHARS",
+    "POST_JUDGING",
     "POST_VERDICT",
     "QUEUE",
     "RECALLED",
@@ -85,3 +87,13 @@ INSERT = "crow/insert"
 #: will be inserted, ``{"prompts": [{"messageId", "from", "preview", "yours"}]}``;
 #: sent to every watcher at each change and after a resume while any are held.
 QUEUE = "_crow/queue"
+
+#: ``_meta`` key of a tool result: the id of a process the call started that goes on
+#: after it (the terminal's ``start``); the agent lists its terminal in
+#: ``state_update.background`` until the process ends.
+BACKGROUND = "crow/background"
+
+#: A judge's request (params ``sessionId``, ``turnMessageId``) before it judges a
+#: turn: the session shows a tool call, kind ``think``, with ``_meta[JUDGING]`` the
+#: turn's id, listed in ``state_update.background`` until the verdict is posted.
+POST_JUDGING = "_crow/judging"

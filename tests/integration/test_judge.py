@@ -7,6 +7,7 @@ posts the verdict, which the driving client sees live and in a replay.
 from __future__ import annotations
 
 import asyncio
+import select
 import subprocess
 import sys
 from typing import Any
@@ -39,8 +40,13 @@ def start_judge(url: str, session_id: str, *options: str) -> subprocess.Popen[st
         text=True,
     )
     assert judge.stderr is not None
-    line = judge.stderr.readline()  # the judge watches before the prompt is sent
-    assert "watching session" in line, line + judge.stderr.read()
+    # The judge watches before the prompt is sent; one that never says so fails the
+    # test (with what it printed) instead of hanging it.
+    ready, _, _ = select.select([judge.stderr], [], [], 30)
+    line = judge.stderr.readline() if ready else ""
+    if "watching session" not in line:
+        judge.kill()
+        pytest.fail(f"the judge did not start watching: {line}{judge.stderr.read()}")
     return judge
 
 

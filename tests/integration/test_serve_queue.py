@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 from typing import Any
 
@@ -264,3 +265,80 @@ async def test_a_client_that_attaches_sees_the_queue_as_it_is(crow_home, scripte
             await second.aclose()
     finally:
         server.stop()
+
+
+# ---- several servers on one PostgreSQL store -----------------------------------------
+
+
+@pytest.fixture
+def shared_store(postgres_url, monkeypatch) -> str:
+    monkeypatch.setenv("CROW_STORE_URL", postgres_url)
+    return postgres_url
+
+
+def asked(requests: list[dict[str, Any]]) -> list[str]:
+    """The last user text of each model request."""
+    out = []
+    for request in requests:
+        last = [m for m in request["messages"] if m["role"] == "user"][-1]["content"]
+        out.append(last if isinstance(last, str) else last[0]["text"])
+    return out
+
+
+def test_prompts_held_on_two_servers_are_inserted_in_arrival_order(
+    crow, scripted_model, shared_store
+):
+    """A runs the turn; B's client holds "two", then A's client holds "three": after
+    A's idle, B inserts "two" (it came first), then A inserts "three"."""
+    scripted_model.script(
+        Slow("one done", chunks=6, delay_s=0.3), Text(text="two done"), Text(text="three done")
+    )
+    a = crow()
+    sid = a.new_session()
+    b = crow(write=False)
+    b.resume(sid)
+    send_together(a, prompt_message(1, sid, "one"))
+    scripted_model.wait_for_requests(1)
+    send_together(b, prompt_message(2, sid, "two"))
+    collect(b, lambda m: ["two"] in queues([m]))
+    send_together(a, prompt_message(3, sid, "three"))
+    seen_a = collect(a, lambda m: ["two", "three"] in queues([m]))
+    assert [
+        p["yours"]
+        for p in next(
+            u for u in updates(seen_a) if u["sessionUpdate"] == QUEUE and len(u["prompts"]) == 2
+        )["prompts"]
+    ] == [False, True]
+    seen_b = collect(b, answer_to(2), timeout=60)
+    seen_a += collect(a, answer_to(3), timeout=60)
+    while len(idles(seen_a)) < 3:  # "one", "two" (B's turn, seen through the store), "three"
+        seen_a.append(a.recv(timeout=60))
+    assert asked(scripted_model.requests) == ["one", "two", "three"]
+    assert "result" in seen_b[-1] and "result" in seen_a[index_of(seen_a, answer_to(3))]
+    assert user_texts(seen_a)[-2:] == ["two", "three"]
+
+
+def test_a_server_killed_with_prompts_held_leaves_the_others_theirs(
+    crow, scripted_model, shared_store
+):
+    """A runs the turn and holds its client's "zero"; B holds "two".  A is killed: its
+    turn is closed as interrupted, its held prompt (whose request died with it) is
+    dropped, and B inserts "two"."""
+    scripted_model.script(Hang(), Text(text="two done"))
+    a = crow()
+    sid = a.new_session()
+    b = crow(write=False)
+    b.resume(sid)
+    send_together(a, prompt_message(1, sid, "one"))
+    scripted_model.wait_for_requests(1)
+    send_together(a, prompt_message(2, sid, "zero"))
+    collect(a, lambda m: ["zero"] in queues([m]))
+    send_together(b, prompt_message(3, sid, "two"))
+    collect(b, lambda m: ["zero", "two"] in queues([m]))
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    seen = collect(b, answer_to(3), timeout=60)
+    seen += until_idles(b, 1, timeout=60)
+    assert "result" in seen[index_of(seen, answer_to(3))]
+    assert asked(scripted_model.requests) == ["one", "two"]
+    assert [] in queues(seen)

@@ -213,6 +213,9 @@ def test_the_ts_sdk_validates_a_judged_turn_and_still_sees_it_complete(crow_home
     assert meta["verdict"] == "pass" and meta["turnMessageId"] == user["messageId"]
     assert meta["judgeSessionId"].startswith("sess_") and meta["final"] is True
     assert posted in report["replayUpdates"]
+    # The judge at work, listed as background work (its tool call), as the SDK parsed it.
+    judging = [i for u in report["afterIdleUpdates"] for i in u.get("background") or []]
+    assert judging and judging[0]["type"] == "tool_call"
 
 
 def test_crow_run_drives_the_ts_sdk_echo_agent():
@@ -267,3 +270,45 @@ def test_the_ts_sdk_http_and_websocket_clients_drive_crow_serve_http(
         assert user["messageId"] in [u.get("messageId") for u in report["replayUpdates"]]
     finally:
         server.stop()
+
+
+def test_the_ts_sdk_validates_held_prompts_and_background_work(crow_home, scripted_model):
+    """Two prompts at once (the second held, shown in ``_crow/queue``, inserted after
+    the first's idle) and a process left running by a tool, listed in
+    ``state_update.background`` until it ends: every message valid to the SDK."""
+    from fakemodel import Slow, Text, ToolCalls
+    from serve_support import write_config
+
+    from crow.extensions import QUEUE
+
+    write_config(
+        crow_home,
+        scripted_model.base_url,
+        extra='[tools]\nbuiltin = ["terminal"]\n\n[permissions]\nexecute = "allow"\n',
+    )
+    scripted_model.script(
+        ToolCalls(calls=[("terminal__start", {"command": "sleep 1; exit 0"})]),
+        Slow("it runs", chunks=4, delay_s=0.2),
+        Text(text="second done"),
+    )
+    report, result = run_driver(
+        "drive_queue.mjs",
+        "--command",
+        f"{sys.executable} -m crow serve",
+        "--prompt",
+        "start the job",
+        "--prompt",
+        "then this",
+        "--until-background-empty",
+    )
+    assert result.returncode == 0
+    first, second = report["answers"]
+    assert first["messageId"] != second["messageId"]
+    updates = report["updates"]
+    queued = [u for u in updates if u["sessionUpdate"] == QUEUE]
+    assert [[p["preview"] for p in u["prompts"]] for u in queued] == [["then this"], []]
+    assert queued[0]["prompts"][0]["messageId"] == second["messageId"]
+    listed = [u["background"] for u in updates if u.get("background")]
+    assert listed and listed[0][0]["type"] == "terminal"
+    ended = [u for u in updates if u["sessionUpdate"] == "terminal_update" and "exitStatus" in u]
+    assert ended and ended[-1]["exitStatus"] == {"exitCode": 0}

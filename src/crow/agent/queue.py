@@ -27,6 +27,7 @@ their clients see the connection close, and nothing of them was inserted.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -120,15 +121,22 @@ class HeldPrompts:
 
     def snapshot(self, watcher: Watcher) -> dict[str, Any]:
         """The ``_crow/queue`` update ``watcher`` is shown."""
-        return {
-            "sessionUpdate": QUEUE,
-            "prompts": [
+        rows = [(h.message_id, h.sender, h.preview) for h in self.items]
+        return self.snapshot_of(rows, watcher)
+
+    def snapshot_of(self, rows: Sequence[Sequence[str]], watcher: Watcher) -> dict[str, Any]:
+        """The same, of ``rows`` (message id, sender, preview) held by every server of
+        a shared store (its ``HeldRow``s: id, owner, sender, preview, also taken)."""
+        mine = {h.message_id for h in self.items if h.watcher is watcher}
+        prompts = []
+        for row in rows:
+            message_id, sender, preview = (row[0], row[-2], row[-1])
+            prompts.append(
                 {
-                    "messageId": held.message_id,
-                    "from": held.sender,
-                    "preview": held.preview,
-                    "yours": held.watcher is watcher,
+                    "messageId": message_id,
+                    "from": sender,
+                    "preview": preview,
+                    "yours": message_id in mine,
                 }
-                for held in self.items
-            ],
-        }
+            )
+        return {"sessionUpdate": QUEUE, "prompts": prompts}

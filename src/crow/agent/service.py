@@ -43,7 +43,7 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
-from crow.extensions import FROM, POST_VERDICT, VERIFY
+from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
@@ -57,6 +57,7 @@ from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
 from .shared_questions import SharedQuestions
+from .shared_queue import SharedQueue
 from .slow_exit import REPORT_AFTER_S, report_if_slow
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
@@ -109,8 +110,10 @@ class CrowAgent:
         self._listener: asyncio.Task[None] | None = None  # other servers' updates
         self._shut_down = False
         self.shared_questions: SharedQuestions | None = None
+        self.shared_queue: SharedQueue | None = None
         if self.store.shared:
             self.shared_questions = SharedQuestions(self.store, self.live)
+            self.shared_queue = SharedQueue(self.store, self.owner)
         self.judge: Follower | None = None  # set by crow serve
         self.memory = MemoryRelease(lambda: not self.live)
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
@@ -149,6 +152,7 @@ class CrowAgent:
             "session/cancel": self.cancel,
             "session/set_config_option": self.set_config_option,
             POST_VERDICT: self.post_verdict,
+            POST_JUDGING: self.judging_started,
         }
         for method, handler in handlers.items():
             side.handle(method, _bind(handler, watcher))
@@ -177,6 +181,7 @@ class CrowAgent:
             self._heard_everything,
             self._heard_cancel,
             self.shared_questions.heard,
+            self._heard_held,
         )
         self._listener = asyncio.create_task(heard, name="store-listener")
         self.spawn(self._close_orphans(), name="orphan-sweeper")
@@ -184,17 +189,30 @@ class CrowAgent:
     async def _close_orphans(self) -> None:
         """On a shared store, close the turns of servers that died, without waiting for
         a client to touch the session: those watching elsewhere see the turn end."""
+        assert self.shared_queue is not None
         while True:
             await asyncio.sleep(ORPHAN_SWEEP_S)
             try:
                 await self.store.submit(close_interrupted_turns, self.store.sync)
+                moved = await self.shared_queue.keep()  # ours renewed, the dead's dropped
             except StoreError as exc:
                 log.warning("closing interrupted turns failed: %s", exc)
+                continue
+            for session_id in moved:
+                self._heard_held(session_id)
 
     def _heard(self, session_id: str, seq: int) -> None:
         session = self.live.get(session_id)
         if session is not None and seq > session.delivered:
             self._catch_up(session)
+
+    def _heard_held(self, session_id: str) -> None:
+        """The session's held prompts changed somewhere: show them, and insert ours if
+        it is now our turn."""
+        session = self.live.get(session_id)
+        if session is not None:
+            self._show_queue(session)
+            self.advance(session)
 
     def _heard_everything(self) -> None:
         for session in list(self.live.values()):
@@ -214,6 +232,8 @@ class CrowAgent:
                     await session.catch_up()
                 except StoreUnavailable as exc:
                     log.warning("catching up session %s failed: %s", session.id, exc)
+            if session.held:
+                self.advance(session)  # another server's turn may have ended
 
         session.catching_up = self.spawn(catch_up(), name=f"catch-up-{session.id}")
 
@@ -223,6 +243,8 @@ class CrowAgent:
         for session in list(self.live.values()):
             if session.judge is watcher:
                 session.judge = None
+                closing = verdicts.close_judging(self, session, "failed")  # it stopped
+                self.spawn(closing, name=f"judge-gone-{session.id}")
             if watcher in session.watchers:
                 session.watchers.discard(watcher)
                 self.unload_if_unwatched(session)
@@ -436,15 +458,28 @@ class CrowAgent:
         and the prompts held before it are done ("queue"), or into the running turn
         ("steer"); "reject" refuses it while the session is busy.  Returns the turn it
         started, or what was steered; raises RequestCancelled if it was withdrawn."""
-        if not session.busy and not session.held:
-            return await self.start_turn(session, blocks, origin=origin)
-        if mode == "reject":
+        if not session.busy and not session.held and await self._free_elsewhere(session):
+            try:
+                return await self.start_turn(session, blocks, origin=origin)
+            except InvalidParams as exc:
+                if not (self.store.shared and mode == "queue" and _elsewhere(exc)):
+                    raise  # a turn on another server took it first: wait behind it
+        elif mode == "reject":
             raise _busy(session.id)
         content = self._user_content(blocks)  # a refused prompt is refused now, not held
         turn = session.turn
         if mode == "steer" and turn is not None and turn.takes_steers:
             return Steered(await turn.steer(blocks, content, origin))
+        if mode != "queue" and not self.store.shared:
+            raise _busy(session.id)  # (steering a turn that is ending: refused as busy)
         return await self._hold(session, watcher, blocks, origin)
+
+    async def _free_elsewhere(self, session: LiveSession) -> bool:
+        """On a shared store: no turn runs on another server and none holds prompts
+        for the session (they come first).  Always true on a file."""
+        if self.shared_queue is None:
+            return True
+        return session.state == "idle" and not await self.shared_queue.rows(session.id)
 
     async def _hold(
         self, session: LiveSession, watcher: Watcher, blocks: list[Any], origin: str | None
@@ -452,8 +487,11 @@ class CrowAgent:
         """Hold a prompt until the session is free and it is first; then insert it."""
         text = " ".join(b.text for b in blocks if getattr(b, "type", None) == "text")
         held = session.held.hold(new_id("msg"), watcher, _sender(watcher), text)
-        self._show_queue(session)
         try:
+            if self.shared_queue is not None:
+                await self.shared_queue.file(session, held)
+            self._show_queue(session)
+            self.advance(session)  # free meanwhile (a turn elsewhere just ended)
             while True:
                 await held.wake
                 if not session.held.drop(held):
@@ -472,19 +510,47 @@ class CrowAgent:
                     held.again()
         finally:
             session.held.drop(held)
-            self._show_queue(session)
+            if self.shared_queue is not None:
+                await self.shared_queue.drop(session, held)  # (announced to every server)
+            else:
+                self._show_queue(session)
             self.advance(session)
 
     def advance(self, session: LiveSession) -> None:
-        """The session may be free: the first held prompt inserts itself."""
-        if not session.busy:
+        """The session may be free: the first held prompt inserts itself (on a shared
+        store: if it is the first of every server's)."""
+        if session.busy or not session.held:
+            return
+        if self.shared_queue is None:
+            session.held.wake_first()
+        else:
+            self.spawn(self._advance_shared(session), name=f"advance-{session.id}")
+
+    async def _advance_shared(self, session: LiveSession) -> None:
+        assert self.shared_queue is not None
+        first = await self.shared_queue.first(session.id)
+        if session.busy or session.state != "idle" or not session.held.items:
+            return
+        if session.held.items[0].message_id == first:
             session.held.wake_first()
 
     def _show_queue(self, session: LiveSession) -> None:
-        """Every watcher is shown the held prompts (live only, never logged)."""
+        """Every watcher is shown the held prompts (live only, never logged); on a
+        shared store, those of every server."""
+        if self.shared_queue is not None:
+            self.spawn(self._show_shared_queue(session), name=f"queue-{session.id}")
+            return
         for watcher in list(session.watchers):
             if not watcher.follower:
                 update = session.held.snapshot(watcher)
+                watcher.deliver(session.id, None, update, orjson.dumps(update))
+
+    async def _show_shared_queue(self, session: LiveSession) -> None:
+        assert self.shared_queue is not None
+        rows = [(r.id, r.sender, r.preview) for r in await self.shared_queue.rows(session.id)]
+        for watcher in list(session.watchers):
+            if not watcher.follower:
+                update = session.held.snapshot_of(rows, watcher)
                 watcher.deliver(session.id, None, update, orjson.dumps(update))
 
     def _user_content(self, blocks: list[Any]) -> list[dict[str, Any]]:
@@ -536,6 +602,10 @@ class CrowAgent:
                 self.advance(session)  # nothing was inserted: the next held prompt may be
         self._keep_leases()
         return turn
+
+    async def judging_started(self, watcher: Watcher, params: Any) -> dict[str, Any]:
+        """``_crow/judging``: the session's judge starts on a turn (shown as background)."""
+        return await verdicts.judging_started(self, watcher, params.model_extra or {})
 
     async def post_verdict(self, watcher: Watcher, params: Any) -> dict[str, Any]:
         """``_crow/verdict``: a judge's verdict on the session's last turn, for everyone."""
@@ -780,6 +850,11 @@ def _busy(session_id: str, *, elsewhere: bool = False) -> InvalidParams:
         f"The session is busy with a prompt{where}: wait for idle or send session/cancel",
         data=data,
     )
+
+
+def _elsewhere(exc: InvalidParams) -> bool:
+    """A busy refusal because another process runs the session's turn."""
+    return isinstance(exc.data, dict) and bool(exc.data.get("elsewhere"))
 
 
 def _sender(watcher: Watcher) -> str:

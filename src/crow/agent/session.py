@@ -66,6 +66,11 @@ class LiveSession:
     judge: Watcher | None = None
     #: Prompts that came while it was busy, waiting for their turn (crow.agent.queue).
     held: HeldPrompts = field(default_factory=HeldPrompts)
+    #: Work that goes on outside the turn, as ``state_update.background`` lists it
+    #: (crow.agent.background): key -> item.  Once listed, every state update says it.
+    background: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reports_background: bool = False
+    jobs: set[asyncio.Task[None]] = field(default_factory=set)  # what watches that work
     log_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: The last seq of the log the watchers were sent.  Other servers on a shared
     #: store append too: what lies between is read from the log (``catch_up``), so
@@ -113,7 +118,10 @@ class LiveSession:
         return self.tools
 
     def detach_tools(self) -> Coroutine[Any, Any, None] | None:
-        """Take the tools away from the session; returns what closes them."""
+        """Take the tools away from the session; returns what closes them (and ends
+        the watching of the processes they ran in the background)."""
+        for job in list(self.jobs):
+            job.cancel()
         hub, started = self.tools, self.tools_started
         self.tools, self.tools_started, self.tool_setup = None, None, None
         if hub is None and started is None:
@@ -184,6 +192,8 @@ class LiveSession:
         backed_up: set[Watcher] = set()
         cancelled = False
         async with self.log_lock:
+            for update in updates:
+                self._with_background(update)
             pending = [self._pending(update) for update in updates]
             messages = [(self.id, message, "message") for message in transcript]
             logged = self.store.append_updates(pending, messages)  # one transaction
@@ -206,6 +216,21 @@ class LiveSession:
         for slow in backed_up:  # a slow reader slows its turn, never drops updates
             await slow.drained()
         return seqs
+
+    def _with_background(self, update: dict[str, Any]) -> None:
+        """A state update says what runs in the background, once anything has."""
+        if self.reports_background and update.get("sessionUpdate") == "state_update":
+            update["background"] = list(self.background.values())
+
+    async def set_background(self, key: str, item: dict[str, Any] | None) -> None:
+        """List ``item`` as background work under ``key`` (None: it ended), and say so
+        in a state update (the same state: a snapshot, not a new turn's)."""
+        if item is None:
+            self.background.pop(key, None)
+        else:
+            self.background[key] = item
+        self.reports_background = True
+        await self.emit(self.state_snapshot())
 
     def _pending(self, update: dict[str, Any]) -> PendingUpdate:
         """``update`` as the store logs it, with the state it sets."""
@@ -240,6 +265,7 @@ class LiveSession:
         if update.get("sessionUpdate") == "state_update":
             self.state = update["state"]
             self.stop_reason = update.get("stopReason") if self.state == "idle" else None
+            self._with_background(update)
         body = orjson.dumps(update)
         for watcher in list(self.watchers):
             watcher.deliver(self.id, None, update, body)
@@ -308,6 +334,7 @@ class LiveSession:
         update: dict[str, Any] = {"sessionUpdate": "state_update", "state": self.state}
         if self.state == "idle" and self.stop_reason:
             update["stopReason"] = self.stop_reason
+        self._with_background(update)
         return update
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
-from crow.extensions import APPROVED
+from crow.extensions import APPROVED, BACKGROUND
 from crow.memory.scopes import MemoryPlace
 from crow.tools.caps import cap_result
 from crow.tools.hub import ToolHub, ToolInfo, ToolServerError
@@ -26,6 +26,7 @@ from crow.tools.permissions import OPTIONS
 from crow.tools.surface import ToolCallView
 
 from .asking import Question
+from .background import follow_process
 
 if TYPE_CHECKING:
     from .session import LiveSession
@@ -107,6 +108,9 @@ class ToolRunner:
             return f"Error: {exc}"
         result = cap_result(result, self.max_result_bytes, self.kept_in, view.id)
         await view.finished(result)
+        process = result.meta.get(BACKGROUND)
+        if isinstance(process, str) and view.terminal_id is not None and tool.trusted:
+            follow_process(self.session, self.hub, tool.server, process, view)
         return f"Error: {result.text}" if result.is_error else result.text
 
     async def allowed(self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]) -> bool:

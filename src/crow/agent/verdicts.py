@@ -38,10 +38,12 @@ if TYPE_CHECKING:
 __all__ = [
     "EXTERNAL",
     "RESIDENT",
+    "close_judging",
     "ensure_key",
     "handout",
     "is_judge",
     "judging",
+    "judging_started",
     "may_judge",
     "post_verdict",
     "resident_verifies",
@@ -142,6 +144,7 @@ async def post_verdict(
         verdict = {**verdict, "judgeSessionId": judge}
         answer["judgeSessionId"] = judge
     message_id = new_id("msg")
+    await close_judging(agent, worker, "completed")
     seq = await worker.emit(
         {
             "sessionUpdate": "agent_message",
@@ -153,6 +156,50 @@ async def post_verdict(
     if seq is not None:
         await _remember(agent, worker, judgedSeq=seq)
     return {"messageId": message_id, **answer}
+
+
+async def judging_started(
+    agent: CrowAgent, watcher: Watcher, params: dict[str, Any]
+) -> dict[str, Any]:
+    """``_crow/judging``: the session's judge starts on a turn.  The session shows a
+    tool call (kind ``think``) listed as background work until the verdict."""
+    worker = agent.live_session(str(params.get("sessionId")))
+    if not is_judge(agent, worker, watcher):
+        raise InvalidParams(
+            "only the session's judge may say it judges a turn",
+            data={"sessionId": worker.id, "reason": "notJudge"},
+        )
+    turn = params.get("turnMessageId")
+    if not isinstance(turn, str) or not turn:
+        raise InvalidParams("turnMessageId must be the id of the turn's user message")
+    await close_judging(agent, worker, "failed")  # one left open by a judge that stopped
+    call_id = new_id("judging")
+    await worker.emit(
+        {
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call_id,
+            "title": "The judge checks the turn",
+            "kind": "think",
+            "status": "in_progress",
+            "_meta": {JUDGING: turn},
+        }
+    )
+    await _remember(agent, worker, judgingCall=call_id)
+    await worker.set_background(call_id, {"type": "tool_call", "toolCallId": call_id})
+    return {"toolCallId": call_id}
+
+
+async def close_judging(agent: CrowAgent, worker: LiveSession, status: str) -> None:
+    """End the judging tool call the session shows, if one is open: ``completed``
+    (its verdict follows) or ``failed`` (the judge stopped)."""
+    call_id = worker.record.config.get("judgingCall")
+    if not isinstance(call_id, str):
+        return
+    await worker.emit(
+        {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status}
+    )
+    await _remember(agent, worker, judgingCall=None)
+    await worker.set_background(call_id, None)
 
 
 def verify_setting(meta: Any, *, authenticated: bool) -> dict[str, Any] | None:

@@ -21,14 +21,23 @@ worker was already in (the quickstart's completion rule), not a turn to judge.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from crow.acp import ClientSide
-from crow.extensions import FROM, INSERT, JUDGING, MAX_VERDICT_CHARS, POST_VERDICT, VERDICT
+from crow.acp import AcpError, ClientSide, schema
+from crow.extensions import (
+    FROM,
+    INSERT,
+    JUDGING,
+    MAX_VERDICT_CHARS,
+    POST_JUDGING,
+    POST_VERDICT,
+    VERDICT,
+)
 from crow.models.errors import ModelError
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
@@ -172,6 +181,7 @@ class _Turns:
         self.current: TurnView | None = None
         self.messages: list[str] = []  # the agent's message ids in the current turn
         self.calls: list[str] = []
+        self.judging: set[str] = set()  # the tool calls judges showed at work
         self.active = False  # running or requires_action seen since its user_message
         self.replaying = False  # a resume's replay: its turns ran (a replay has no states)
         self.done: asyncio.Queue[TurnView] = asyncio.Queue()
@@ -181,8 +191,7 @@ class _Turns:
             return
         kind = getattr(update, "session_update", None)
         if kind == "user_message":
-            meta = update.meta if isinstance(update.meta, dict) else {}
-            origin = meta.get(FROM)
+            origin = _meta(update).get(FROM)
             self.current = TurnView(
                 message_id=update.message_id, origin=origin if isinstance(origin, str) else None
             )
@@ -190,7 +199,7 @@ class _Turns:
         elif self.current is None:
             return  # before the first turn seen live: the worker's earlier state
         elif kind in ("agent_message", "agent_message_chunk"):
-            meta = update.meta if isinstance(update.meta, dict) else {}
+            meta = _meta(update)
             verdict = meta.get(VERDICT)
             if self.replaying and isinstance(verdict, dict):
                 if verdict.get("turnMessageId") == self.current.message_id:
@@ -198,7 +207,10 @@ class _Turns:
             elif VERDICT not in meta and "crow/notice" not in meta:
                 self.messages.append(update.message_id)
         elif kind == "tool_call_update":
-            self.calls.append(update.tool_call_id)
+            if JUDGING in _meta(update):  # a judge's own (in a replay): not the turn's
+                self.judging.add(update.tool_call_id)
+            elif update.tool_call_id not in self.judging:
+                self.calls.append(update.tool_call_id)
         elif kind == "state_update" and update.state in ("running", "requires_action"):
             self.active = True
         elif kind == "state_update" and update.state == "idle" and self.active:
@@ -228,6 +240,12 @@ class _Turns:
             )
         turn.stop_reason = None if stop_reason is None else str(stop_reason)
         return turn
+
+
+def _meta(update: Any) -> dict[str, Any]:
+    """An update's ``_meta`` (UNSET, None or not a dict: empty)."""
+    meta = getattr(update, "meta", None)
+    return meta if isinstance(meta, dict) else {}
 
 
 async def watch(
@@ -486,6 +504,7 @@ async def verify(
         rounds = rounds + 1 if turn.origin == "judge" else 1
         if turn.stop_reason == "cancelled":
             continue  # somebody stopped it: nothing to judge, and the loop ends
+        await _judging(client, session_id, turn)
         if check:
             turn.check = await run_check(check, cwd, check_timeout_s)
         try:
@@ -499,11 +518,17 @@ async def verify(
         yield Judged(turn, verdict, followed)
 
 
+async def _judging(client: ClientSide, session_id: str, turn: TurnView) -> None:
+    """Tell the worker the judge is at work (it shows so, as background work); an agent
+    that knows nothing of it (not Crow) is judged all the same."""
+    params = {"sessionId": session_id, "turnMessageId": turn.message_id}
+    with contextlib.suppress(AcpError):
+        await client.peer.request(POST_JUDGING, params)
+
+
 async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> bool:
     """Ask the worker to fix what the judge found; False when the session is busy (a
     person took over) or gone."""
-    from crow.acp import AcpError, schema
-
     request = schema.PromptRequest(
         session_id=session_id,
         prompt=[schema.TextContent(text=follow_up_text(verdict))],

@@ -170,6 +170,7 @@ class Terminal:
             "crow/pid": entry.child.pid,
             "crow/command": command,
             "crow/cwd": str(workdir),
+            "crow/background": entry.id,  # it runs on after this call: a host may watch it
         }
         return _result(f"Started {entry.id} (pid {entry.child.pid}): {command}", meta)
 

@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .db import (
+    HeldRow,
     PendingMessage,
     PendingUpdate,
     SessionRecord,
@@ -327,6 +328,19 @@ class AsyncStore:
 
     async def open_questions(self, session_id: str) -> list[str]:
         return await self.submit(self.sync.open_questions, session_id)
+
+    # ---- held prompts (shared stores) ---------------------------------------------
+    async def hold_prompt(self, held_id: str, session_id: str, **fields: Any) -> int:
+        return await self.submit(self.sync.hold_prompt, held_id, session_id, **fields)
+
+    async def drop_held(self, held_id: str, session_id: str) -> None:
+        await self.submit(self.sync.drop_held, held_id, session_id)
+
+    async def held_prompts(self, session_id: str, now: float) -> list[HeldRow]:
+        return await self.submit(self.sync.held_prompts, session_id, now)
+
+    async def renew_held(self, owner: str, expires: float) -> int:
+        return await self.submit(self.sync.renew_held, owner, expires)
 
     async def announce_cancel(self, session_id: str) -> None:
         await self.submit(self.sync.announce_cancel, session_id)  # type: ignore[attr-defined]

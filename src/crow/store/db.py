@@ -41,7 +41,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -51,6 +51,7 @@ from .migrations import migrate, migrate_postgres
 log = logging.getLogger("crow.store")
 
 __all__ = [
+    "HeldRow",
     "PendingMessage",
     "PendingUpdate",
     "PostgresStore",
@@ -78,6 +79,8 @@ UPDATES_CHANNEL = "crow_updates"
 CANCELS_CHANNEL = "crow_cancels"
 #: ... and a permission question filed, answered or closed ("<question id>").
 QUESTIONS_CHANNEL = "crow_questions"
+#: ... and a session whose held prompts changed ("<session id>").
+HELD_CHANNEL = "crow_held"
 LIST_PAGE_SIZE = 50
 
 
@@ -110,6 +113,15 @@ class SessionRecord:
 PendingUpdate = tuple[str, bytes, str | None, str | None, str | None]
 #: One transcript entry to add with them: (session id, message, kind).
 PendingMessage = tuple[str, dict[str, Any], str]
+
+
+class HeldRow(NamedTuple):
+    """A held prompt as the store keeps it (crow.agent.queue)."""
+
+    id: str
+    owner: str
+    sender: str
+    preview: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -478,6 +490,73 @@ class Store:
         ).fetchall()
         return [r[0] for r in rows]
 
+    # ---- prompts held across servers (crow.agent.queue) ---------------------------
+    def hold_prompt(
+        self,
+        held_id: str,
+        session_id: str,
+        *,
+        owner: str,
+        sender: str,
+        preview: str,
+        expires: float,
+    ) -> int:
+        """File a held prompt last in its session's order; returns its position."""
+        self.db.execute(self.BEGIN)
+        try:
+            self._lock_session(session_id)
+            rows = self.db.execute(
+                "INSERT INTO held_prompts (id, session_id, position, owner, sender, preview,"
+                " expires) VALUES (?, ?, (SELECT COALESCE(MAX(position), 0) + 1 FROM"
+                " held_prompts WHERE session_id = ?), ?, ?, ?, ?) RETURNING position",
+                (held_id, session_id, session_id, owner, sender, preview, expires),
+            ).fetchall()
+            self._announce_held(session_id)
+            self.db.execute("COMMIT")
+        except BaseException:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise
+        return int(rows[0][0])
+
+    def drop_held(self, held_id: str, session_id: str) -> None:
+        self.db.execute("DELETE FROM held_prompts WHERE id = ?", (held_id,))
+        self._announce_held(session_id)
+
+    def held_prompts(self, session_id: str, now: float) -> list[HeldRow]:
+        """The session's held prompts in order, but those whose owner stopped renewing."""
+        rows = self.db.execute(
+            "SELECT id, owner, sender, preview FROM held_prompts"
+            " WHERE session_id = ? AND expires > ? ORDER BY position, id",
+            (session_id, now),
+        ).fetchall()
+        return [HeldRow(*row) for row in rows]
+
+    def renew_held(self, owner: str, expires: float) -> int:
+        cursor = self.db.execute(
+            "UPDATE held_prompts SET expires = ? WHERE owner = ?", (expires, owner)
+        )
+        return cursor.rowcount
+
+    def drop_held_of(self, owners: list[str], now: float) -> list[str]:
+        """Drop the rows of dead ``owners`` and the expired ones; the sessions touched."""
+        marks = ", ".join("?" for _ in owners) or "NULL"
+        rows = self.db.execute(
+            f"DELETE FROM held_prompts WHERE owner IN ({marks}) OR expires <= ?"
+            " RETURNING session_id",
+            (*owners, now),
+        ).fetchall()
+        sessions = sorted({row[0] for row in rows})
+        for session_id in sessions:
+            self._announce_held(session_id)
+        return sessions
+
+    def held_owners(self) -> list[str]:
+        return [row[0] for row in self.db.execute("SELECT DISTINCT owner FROM held_prompts")]
+
+    def _announce_held(self, session_id: str) -> None:
+        """Tell the other servers the session's held prompts changed (PostgreSQL's)."""
+
     # ---- the model transcript ---------------------------------------------------
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
@@ -575,6 +654,9 @@ class PostgresStore(Store):
     def announce_cancel(self, session_id: str) -> None:
         """Ask whichever server runs the session's turn to cancel it."""
         self.db.execute("SELECT pg_notify(?, ?)", (CANCELS_CHANNEL, session_id))
+
+    def _announce_held(self, session_id: str) -> None:
+        self.db.execute("SELECT pg_notify(?, ?)", (HELD_CHANNEL, session_id))
 
     # Every change to a question is announced (its id): servers read the row.
     def file_question(self, question_id: str, session_id: str, params: str) -> None:

@@ -10,7 +10,8 @@ delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothi
 but time, and nothing is sent twice.  ``crow_cancels`` carries a session id whose
 turn a client of another server cancelled: the server running it cancels it;
 ``crow_questions`` the id of a permission question filed, answered or closed (the
-``questions`` table holds it: a client of any server may answer).  A
+``questions`` table holds it: a client of any server may answer); ``crow_held`` a
+session whose held prompts changed (crow.agent.shared_queue).  A
 dropped connection is reopened (after a pause); the catch-up after it reads
 whatever was logged meanwhile.
 """
@@ -21,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .db import CANCELS_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
+from .db import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
 
 __all__ = ["follow_updates"]
 
@@ -36,11 +37,13 @@ async def follow_updates(
     on_reconnect: Callable[[], None],
     on_cancel: Callable[[str], None],
     on_question: Callable[[str], None],
+    on_held: Callable[[str], None],
 ) -> None:
     """Call ``on_update(session_id, seq)`` for every update logged, by any server,
     until cancelled; ``on_reconnect()`` after a lost connection is back;
     ``on_cancel(session_id)`` when a client of any server cancels that session's turn;
-    ``on_question(question_id)`` when a permission question is filed, answered or closed."""
+    ``on_question(question_id)`` when a permission question is filed, answered or closed;
+    ``on_held(session_id)`` when the session's held prompts changed."""
     import psycopg
 
     first = True
@@ -50,6 +53,7 @@ async def follow_updates(
                 await conn.execute(f"LISTEN {UPDATES_CHANNEL}")
                 await conn.execute(f"LISTEN {CANCELS_CHANNEL}")
                 await conn.execute(f"LISTEN {QUESTIONS_CHANNEL}")
+                await conn.execute(f"LISTEN {HELD_CHANNEL}")
                 if not first:
                     on_reconnect()  # what was announced while we were away
                 first = False
@@ -59,6 +63,9 @@ async def follow_updates(
                         continue
                     if notice.channel == QUESTIONS_CHANNEL:
                         on_question(notice.payload)
+                        continue
+                    if notice.channel == HELD_CHANNEL:
+                        on_held(notice.payload)
                         continue
                     session_id, _, seq = notice.payload.rpartition(" ")
                     if seq.isdigit():

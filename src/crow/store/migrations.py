@@ -73,6 +73,22 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX questions_by_session ON questions (session_id, closed);
     """,
+    # 3 -> 4: prompts held while their session is busy, on a shared store: one order
+    # across servers.  The server holding a prompt's request (``owner``, a process
+    # name as leases have it) renews ``expires`` while it lives; the row goes when
+    # the prompt is inserted or withdrawn, or its owner is found dead.
+    """
+    CREATE TABLE held_prompts (
+        id TEXT PRIMARY KEY,                  -- the message id it will have
+        session_id TEXT NOT NULL,
+        position INTEGER NOT NULL,            -- arrival order within the session
+        owner TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        preview TEXT NOT NULL,
+        expires REAL NOT NULL
+    );
+    CREATE INDEX held_by_session ON held_prompts (session_id, position);
+    """,
 ]
 
 

@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from crow.extensions import BACKGROUND
+
 from .hub import ToolInfo, ToolResult
 
 __all__ = ["ToolCallView", "title_for"]
@@ -129,8 +131,8 @@ class ToolCallView:
 
     async def finished(self, result: ToolResult) -> None:
         meta = result.meta
-        if self.terminal_id is not None:
-            await self._exit_status(meta)
+        if self.terminal_id is not None and meta.get(BACKGROUND) is None:
+            await self._exit_status(meta)  # (a background process's terminal lives on)
         else:
             for block in result.content:
                 await self._content({"type": "content", "content": block})
@@ -174,6 +176,10 @@ class ToolCallView:
         await self.emit(
             {"sessionUpdate": "tool_call_content_chunk", "toolCallId": self.id, "content": item}
         )
+
+    async def exited(self, meta: dict[str, Any]) -> None:
+        """The terminal of a background process has ended (its exit code, signal)."""
+        await self._exit_status(meta)
 
     async def _exit_status(self, meta: dict[str, Any]) -> None:
         status: dict[str, Any] = {}

@@ -1,0 +1,90 @@
+"""Held prompts across the servers of a shared (PostgreSQL) store: one order for all.
+
+A session's turn may run on server A while its clients on server B prompt it.  B
+holds such a prompt (crow.agent.queue) and files it in the store's
+``held_prompts``, last in the session's order; every server hears of each change
+(``crow_held``, crow.store.listen).  When the session is free (A's ``idle``, heard
+on B through the update log), the server holding the *first* prompt in the store's
+order inserts it: it takes the turn's lease, as any prompt does, and answers its
+request.  So the order is the arrival order at the store, whichever server each
+prompt came through; every server shows its clients the whole queue.
+
+The server holding a prompt renews its row while it lives.  A server that dies
+(kill -9) leaves rows nobody can answer: their requests died with its connections,
+and their clients see those connections close, with nothing inserted.  The next
+sweep (every few seconds, on every server) drops such rows at once when the dead
+server was on the same host, and once they expire (``HELD_S``) when it was not; the
+prompts behind them move up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from crow.store.db import HeldRow, StoreError
+from crow.store.lease import owner_alive, this_process
+
+if TYPE_CHECKING:
+    from crow.store.aio import AsyncStore
+
+    from .queue import Held
+    from .session import LiveSession
+
+__all__ = ["HELD_S", "SharedQueue"]
+
+log = logging.getLogger("crow.agent")
+
+#: How long a held prompt's row lasts unrenewed (its server renews it every sweep).
+HELD_S = 30.0
+
+
+class SharedQueue:
+    """One server's side of the held prompts of a shared store."""
+
+    def __init__(self, store: AsyncStore, owner: str) -> None:
+        self.store = store
+        self.owner = owner
+
+    async def file(self, session: LiveSession, held: Held) -> None:
+        """File ``held`` last in the session's order."""
+        await self.store.hold_prompt(
+            held.message_id,
+            session.id,
+            owner=self.owner,
+            sender=held.sender,
+            preview=held.preview,
+            expires=time.time() + HELD_S,
+        )
+
+    async def drop(self, session: LiveSession, held: Held) -> None:
+        """Take ``held``'s row out (inserted or withdrawn), whatever cancels the caller."""
+        dropping = asyncio.ensure_future(self.store.drop_held(held.message_id, session.id))
+        with contextlib.suppress(StoreError, asyncio.CancelledError):
+            await asyncio.shield(dropping)
+
+    async def rows(self, session_id: str) -> list[HeldRow]:
+        """The session's held prompts, on every server, in order."""
+        return await self.store.held_prompts(session_id, time.time())
+
+    async def first(self, session_id: str) -> str | None:
+        """The id of the prompt to insert next, on whichever server holds it."""
+        rows = await self.rows(session_id)
+        return rows[0].id if rows else None
+
+    async def keep(self) -> list[str]:
+        """Renew our rows; drop those of dead servers.  The sessions whose queue moved."""
+        now = time.time()
+        await self.store.renew_held(self.owner, now + HELD_S)
+        owners = await self.store.submit(self.store.sync.held_owners)
+        dead = [o for o in owners if o != self.owner and not owner_alive(o, None, now=now)]
+        # An owner elsewhere cannot be checked: its rows go when they expire.
+        dead = [o for o in dead if _same_host(o)]
+        return await self.store.submit(self.store.sync.drop_held_of, dead, now)
+
+
+def _same_host(owner: str) -> bool:
+    return owner.partition(":")[0] == this_process().partition(":")[0]
