@@ -18,6 +18,11 @@ def test_lancedb_loads_without_the_rest_client_and_still_works(tmp_path):
         table = db.create_table("t", data=[{{"id": 1, "vector": [0.1, 0.2]}}])
         assert table.search([0.1, 0.2]).limit(1).to_list()[0]["id"] == 1
         print(sorted(m for m in sys.modules if m.startswith("lance_namespace_urllib3_client.api")))
+        if sys.version_info < (3, 12):  # overrides as LanceDB takes it on 3.12, then restored
+            import overrides, typing_extensions, lancedb.db
+            assert lancedb.db.override is typing_extensions.override
+            assert overrides.override is not typing_extensions.override
+            assert overrides.EnforceOverrides.__module__.startswith("overrides")
         """
     )
     done = subprocess.run(
