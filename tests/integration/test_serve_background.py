@@ -11,7 +11,8 @@ TERMINAL = '[tools]\nbuiltin = ["terminal"]\n\n[permissions]\nexecute = "allow"\
 
 
 def states(seen: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [u for u in updates(seen) if u["sessionUpdate"] == "state_update"]
+    """The state updates among ``seen`` (updates, not messages)."""
+    return [u for u in seen if u["sessionUpdate"] == "state_update"]
 
 
 def until(agent: Any, accept: Any, timeout: float = 30.0) -> list[dict[str, Any]]:

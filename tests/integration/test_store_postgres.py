@@ -17,6 +17,8 @@ import pytest
 from fakemodel import Hang, Text
 from serve_support import notes, text_of
 
+from crow.acp.errors import REQUEST_CANCELLED
+
 
 @pytest.fixture
 def shared_store(postgres_url, monkeypatch) -> str:
@@ -118,14 +120,18 @@ def test_a_turn_on_one_server_is_watched_live_from_another(crow, scripted_model,
 
 def test_a_cancel_sent_to_another_server_stops_the_turn(crow, scripted_model, shared_store):
     scripted_model.script(Hang())
-    runner = crow()
+    runner = crow(timeout_s=120.0)  # the turn runs until cancelled, however slow the machine
     sid, other = _session_watched_elsewhere(crow, runner)
     runner.prompt(sid, "wait for me")
     scripted_model.wait_for_requests(1)
     other.until_update(lambda u: u.get("state") == "running")
-    refused, _ = other.prompt(sid, "me too")  # one turn at a time, whichever server
-    assert refused["error"]["data"]["reason"] == "busy", refused
+    # One turn at a time, whichever server: another server's prompt is held...
+    held = {"sessionId": sid, "prompt": [{"type": "text", "text": "me too"}]}
+    other.send({"jsonrpc": "2.0", "id": 77, "method": "session/prompt", "params": held})
+    other.until_update(lambda u: [p["preview"] for p in u.get("prompts", [])] == ["me too"])
     other.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    # ... and the cancel answers it -32800 while the turn where it runs is cancelled.
+    assert other.until_response(77)[0]["error"]["code"] == REQUEST_CANCELLED
     idle = other.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]
     assert idle["stopReason"] == "cancelled"
     ran = runner.until_update(lambda u: u.get("state") == "idle")[-1]["params"]["update"]

@@ -144,7 +144,6 @@ async def post_verdict(
         verdict = {**verdict, "judgeSessionId": judge}
         answer["judgeSessionId"] = judge
     message_id = new_id("msg")
-    await close_judging(agent, worker, "completed")
     seq = await worker.emit(
         {
             "sessionUpdate": "agent_message",
@@ -155,6 +154,7 @@ async def post_verdict(
     )
     if seq is not None:
         await _remember(agent, worker, judgedSeq=seq)
+    await close_judging(agent, worker, "completed")  # after its verdict: it ends the work
     return {"messageId": message_id, **answer}
 
 

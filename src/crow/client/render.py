@@ -13,13 +13,14 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from crow.acp import SessionProjection, schema
-from crow.extensions import FROM, RECALLED, WAIT_OVER
+from crow.extensions import FROM, JUDGING, RECALLED, WAIT_OVER
 
 from .verifying import Verdicts
 
-__all__ = ["WAITING", "TextRenderer", "activity", "status"]
+__all__ = ["JUDGE_AT_WORK", "WAITING", "TextRenderer", "activity", "status"]
 
 WAITING = "waiting for the model"
+JUDGE_AT_WORK = "the judge is checking the turn"
 
 
 STATUS_MARKS = {
@@ -73,6 +74,8 @@ class TextRenderer:
 def activity(projection: SessionProjection, update: Any, verdicts: Verdicts) -> str | None:
     """A short line about tools, thoughts, notes and verdicts, or None."""
     kind = getattr(update, "session_update", None)
+    if kind == "tool_call_update" and _judging(projection, update):
+        return None  # the status says so while it lasts; its verdict is the line
     if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
         call = projection.tool_calls.get(update.tool_call_id)
         title = (call.title if call else None) or update.tool_call_id
@@ -99,6 +102,12 @@ def activity(projection: SessionProjection, update: Any, verdicts: Verdicts) -> 
     return None
 
 
+def _judging(projection: SessionProjection, update: Any) -> bool:
+    """The tool call a judge shows while it judges a turn (``_meta["crow/judging"]``)."""
+    call = projection.tool_calls.get(update.tool_call_id)
+    return JUDGING in ((call.meta if call else None) or {})
+
+
 def _recalled(update: Any) -> bool:
     meta = update.meta if isinstance(update.meta, dict) else {}
     return bool(meta.get(RECALLED)) and update.content not in (schema.UNSET, None)
@@ -123,6 +132,8 @@ def status(projection: SessionProjection, update: Any) -> str | None:
     if kind == "notice":
         meta = update.meta if isinstance(update.meta, dict) else {}
         return WAITING if meta.get(WAIT_OVER) else str(update.title)
+    if kind == "tool_call_update" and _judging(projection, update):
+        return JUDGE_AT_WORK if update.status == "in_progress" else None
     if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
         if update.status != "in_progress":
             return WAITING

@@ -21,7 +21,7 @@ from crow.redact import redact_url
 from .args import no_such_session, serve_options, usage_problem
 from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
-from .render import TextRenderer, activity, status
+from .render import JUDGE_AT_WORK, TextRenderer, activity, status
 from .screen import ERASE, ReplyStream, Screen
 from .verifying import (
     NO_KEY,
@@ -125,7 +125,7 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
         if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
             if not args.json:
                 renderer.finish()  # the reply's last line is done: the status shows below it
-            screen.say("the judge is checking the turn")
+            screen.say(JUDGE_AT_WORK)
             if await _wait(session, judged.wait(), screen):
                 return EXIT_INTERRUPTED
             verdict = judged.final()
