@@ -73,7 +73,8 @@ def _tell_the_reaper() -> None:
         sys.modules["crow.children"].adopt_orphans()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (``crow completion`` writes its scripts from it)."""
     parser = argparse.ArgumentParser(
         prog="crow", description="Crow: a persistent AI coding agent speaking ACP v2."
     )
@@ -125,11 +126,24 @@ def main(argv: list[str] | None = None) -> int:
     models.add_argument("--model", help="as crow serve --model")
     models.add_argument("--base-url", help="as crow serve --base-url")
 
-    init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
+    init = commands.add_parser(
+        "init",
+        help="write a config.toml for the models this machine has, the rest commented",
+        description="Looks for ollama (localhost:11434, or OLLAMA_HOST) and its models, "
+        "an OpenAI-compatible --base-url, and the embedded model of the local extra, and "
+        "writes a config.toml that uses them (the embedded model last, as the fallback), "
+        "with every other setting commented.",
+    )
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
-    init.add_argument("--model", help="the model id to write (default: $CROW_MODEL, else qwen3:8b)")
     init.add_argument(
-        "--base-url", help="the endpoint to write (default: $OPENAI_BASE_URL, else ollama's)"
+        "--model",
+        help="the model to answer first: one ollama or --base-url has, or smollm2-135m (the "
+        "embedded model); default: $CROW_MODEL, else the first one found",
+    )
+    init.add_argument(
+        "--base-url",
+        help="an OpenAI-compatible server to write (default: $OPENAI_BASE_URL, else ollama "
+        "where OLLAMA_HOST says)",
     )
 
     # Commands with a help text of their own (kept raw: it has tables), and their options.
@@ -197,7 +211,50 @@ def main(argv: list[str] | None = None) -> int:
     mcp.add_argument("server", choices=["fs", "terminal", "web", "memory"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
 
-    args = parser.parse_args(argv)
+    from .tools import remembered  # light: the argument definitions
+
+    remembered.add_arguments(
+        commands.add_parser(
+            "permissions",
+            help="list or forget the permission answers saved with \"always\"",
+            description=remembered.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="Print the completion script of crow for SHELL, made from crow's own "
+        "command line.  bash: eval \"$(crow completion bash)\" in ~/.bashrc; zsh: crow "
+        "completion zsh > a file named _crow on $fpath; fish: crow completion fish > "
+        "~/.config/fish/completions/crow.fish",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    return parser
+
+
+#: Commands whose stdout is the wire (ACP or MCP): never guarded, never a first-run note.
+WIRE_COMMANDS = frozenset({"serve", "mcp", "conductor", "proxy"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import pipes
+    from .cli_checks import check_args, parse
+
+    parser = build_parser()
+    args = parse(parser, argv)
+    if args.subcommand not in WIRE_COMMANDS:
+        pipes.guard()  # a reader that goes away ends the command quietly (crow.pipes)
+    try:
+        if (code := check_args(parser, args)) is not None:
+            return code
+        return _dispatch(parser, args)
+    except KeyboardInterrupt:  # Ctrl-C before (or outside) a command's own handling
+        print("\ncrow: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.subcommand == "judge":
         return judge_command.main(args)
     if args.subcommand == "conductor":
@@ -209,12 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.subcommand == "memory":
         return memory_commands.main(args)
     if args.subcommand in ("run", "chat", "sessions"):
-        try:
-            module = importlib.import_module(f"crow.client.{args.subcommand}")
-            result: int = module.main(args)
-        except KeyboardInterrupt:  # Ctrl-C before the command's own handling (start-up)
-            print(file=sys.stderr)
-            return EXIT_INTERRUPTED
+        module = importlib.import_module(f"crow.client.{args.subcommand}")
+        result: int = module.main(args)
         return result
     if args.subcommand == "mcp":
         return _mcp(args.server, args.args)
@@ -224,6 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         return _init(args)
     if args.subcommand == "models":
         return asyncio.run(_models(args))
+    if args.subcommand == "permissions":
+        from .tools.remembered import main as permissions
+
+        return permissions(args)
+    if args.subcommand == "completion":
+        from .completion import script
+
+        print(script(build_parser(), args.shell), end="")
+        return 0
     parser.print_help()
     return 0
 
@@ -360,19 +422,20 @@ async def _models(args: argparse.Namespace) -> int:
 
 
 def _init(args: argparse.Namespace) -> int:
-    from .config_template import write_default_config
+    """Write a config.toml for the models this machine has (crow.config_template)."""
+    from .config_template import detect, write_default_config
 
     paths = Paths.from_env()
-    try:
-        written = write_default_config(
-            paths,
-            force=args.force,
-            model=args.model or os.environ.get("CROW_MODEL"),
-            base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
-        )
-    except FileExistsError as exc:
-        print(f"crow: {exc}", file=sys.stderr)
+    if paths.config_file.exists() and not args.force:
+        print(f"crow: {paths.config_file} exists; pass --force to overwrite it", file=sys.stderr)
         return 1
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    found = detect(base_url)
+    written, said = write_default_config(
+        paths, force=True, model=args.model or os.environ.get("CROW_MODEL"), found=found
+    )
+    for line in said:
+        print(f"crow: {line}", file=sys.stderr)
     print(f"wrote {written}")
     return 0
 

@@ -16,7 +16,7 @@ import pytest
 
 from crow.cli import _setup_logging
 from crow.config import Paths, load_config, save_permission
-from crow.config_template import write_default_config
+from crow.config_template import Found, write_default_config
 from crow.private import private_dir, private_file, tighten_file, write_private
 from crow.store.db import Store
 
@@ -172,9 +172,10 @@ def test_an_older_open_store_is_tightened(paths):
 
 
 def test_crow_init_writes_a_private_config(paths):
-    written = write_default_config(paths)
+    nothing = Found(ollama_url="http://localhost:11434/v1", ollama_models=None, embedded=False)
+    written, _ = write_default_config(paths, found=nothing)
     assert mode(written) == 0o600 and mode(paths.home) == 0o700
-    write_default_config(paths, force=True)
+    write_default_config(paths, force=True, found=nothing)
     assert mode(written) == 0o600
 
 

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Coroutine, Iterator
 from typing import Any, TextIO, cast
 
+from crow import pipes
 from crow.acp import AcpError, ClientSide, Session
 from crow.redact import redact_url
 
@@ -117,6 +118,7 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
             client, session, screen, verdicts=verdicts, json_lines=args.json
         )
         judged = VerdictWaiter(session, verdicts)
+        _leave_when_the_reader_goes(session)
         turn = await session.prompt(prompt)
         screen.say("working")
         if await _wait(session, _until_done(session, turn, asker), screen):
@@ -185,6 +187,29 @@ def _attach_output(
 
     client.on_update(on_update)
     return renderer, shown
+
+
+#: How long a command whose reader went away waits for the turn it cancels to end.
+CANCEL_ON_GONE_S = 2.0
+
+
+def _leave_when_the_reader_goes(session: Session) -> None:
+    """stdout's reader gone (``crow run … | head -1``): cancel the turn, then leave at
+    once with crow.pipes' status, saying nothing (see there)."""
+    loop = asyncio.get_running_loop()
+    leaving: list[asyncio.Task[None]] = []
+
+    async def leave() -> None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CANCEL_ON_GONE_S):
+                if session.projection.state != "idle":
+                    await session.cancel()
+                    while session.projection.state != "idle":
+                        await session.client.next_update(session.id)
+        sys.stderr.flush()
+        os._exit(pipes.EXIT_READER_GONE)
+
+    pipes.on_gone(lambda: leaving or leaving.append(loop.create_task(leave())))
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from ..config import Config, ModelSpec
+from ..config import EMBEDDED_MODEL, Config, ModelSpec
 from ..tls import client_context
 
 __all__ = ["check", "describe", "described", "origin", "reachable"]
@@ -31,7 +31,7 @@ def origin(config: Config, spec: ModelSpec) -> str:
     """Where the model comes from, in a word or two."""
     provider = config.providers[spec.provider]
     if provider.kind == "local":
-        return "embedded" if spec.provider == "embedded" else "local file"
+        return "embedded" if spec.model_id == EMBEDDED_MODEL else "local file"
     if provider.guessed:
         return "ollama guess"
     return "config" if config.paths.config_file.exists() else "environment"
@@ -43,7 +43,7 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
     if provider.kind == "local":
         from .local import embedded_available
 
-        if spec.provider == "embedded":
+        if spec.model_id == EMBEDDED_MODEL:
             return "ready" if embedded_available() else "the local extra is not installed"
         path = Path(spec.model_id)
         return "ready" if path.is_file() else f"no file at {path}"
