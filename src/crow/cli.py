@@ -53,7 +53,12 @@ class _VersionAction(argparse.Action):
 
 def run() -> None:
     """The ``crow`` command: ``main``, then the exit."""
-    code = main()
+    try:
+        code = main()
+    except SystemExit as leaving:  # argparse's exits, and crow.pipes' (the reader left)
+        code = leaving.code if isinstance(leaving.code, int) else 1 if leaving.code else 0
+        if leaving.code is not None and not isinstance(leaving.code, int):
+            print(leaving.code, file=sys.stderr)
     from .imports import importing
 
     if importing():  # an import thread must not meet the interpreter's finalization
@@ -242,13 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     from .cli_checks import check_args, parse
 
     parser = build_parser()
+    pipes.guard()  # a reader that goes away ends the command quietly (crow.pipes) ...
     args = parse(parser, argv)
-    if args.subcommand not in WIRE_COMMANDS:
-        pipes.guard()  # a reader that goes away ends the command quietly (crow.pipes)
+    if args.subcommand in WIRE_COMMANDS:
+        pipes.unguard()  # ... but where stdout is the wire, the transport says what happens
     try:
         if (code := check_args(parser, args)) is not None:
             return code
-        return _dispatch(parser, args)
+        code = _dispatch(parser, args)
+        sys.stdout.flush()  # a reader that went away is found here at the latest
+        return code
     except KeyboardInterrupt:  # Ctrl-C before (or outside) a command's own handling
         print("\ncrow: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
-__all__ = ["EXIT_READER_GONE", "GuardedStream", "guard", "on_gone"]
+__all__ = ["EXIT_READER_GONE", "GuardedStream", "guard", "on_gone", "unguard"]
 
 #: The exit status of a command whose reader went away (the shell's for SIGPIPE).
 EXIT_READER_GONE = 141
@@ -80,6 +80,14 @@ def guard() -> None:
         sys.stdout = GuardedStream(sys.stdout, leave=True)  # type: ignore[assignment]
     if not isinstance(sys.stderr, GuardedStream):
         sys.stderr = GuardedStream(sys.stderr, leave=False)  # type: ignore[assignment]
+
+
+def unguard() -> None:
+    """Undo ``guard`` (for a command whose stdout turns out to be the wire)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if isinstance(stream, GuardedStream):
+            setattr(sys, name, stream._stream)
 
 
 def on_gone(callback: Callable[[], None]) -> bool:

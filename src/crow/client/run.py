@@ -24,6 +24,7 @@ from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, status
 from .screen import ERASE, ReplyStream, Screen
+from .session_ids import AmbiguousSession, resolve
 from .verifying import (
     NO_KEY,
     Verdicts,
@@ -68,8 +69,14 @@ def main(args: argparse.Namespace) -> int:
     if mode == "refuse" and args.prompt != "-" and sys.stdin.isatty():
         mode = "ask"
     asker = PermissionAsker(mode)
+    opened: dict[str, str] = {}  # the session's id, once there is one
     try:
-        return asyncio.run(_run(args, prompt, asker))
+        code = asyncio.run(_run(args, prompt, asker, opened))
+        _say_the_session(opened, code, json_lines=args.json)
+        return code
+    except AmbiguousSession as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except AgentUnavailable as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
@@ -84,7 +91,20 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_CONNECTION
 
 
-async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
+def _say_the_session(opened: dict[str, str], code: int, *, json_lines: bool) -> None:
+    """The session's id, last, so it can be continued: on stderr, and with --json
+    a last line ``{"sessionId", "end": {"stopReason", "exitCode"}}`` too."""
+    if "id" not in opened:
+        return
+    if json_lines:
+        end = {"stopReason": opened.get("stop"), "exitCode": code}
+        print(json.dumps({"sessionId": opened["id"], "end": end}), flush=True)
+    print(f"crow: session {opened['id']} (--session {opened['id']} continues it)", file=sys.stderr)
+
+
+async def _run(
+    args: argparse.Namespace, prompt: str, asker: PermissionAsker, opened: dict[str, str]
+) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
     screen = asker.screen = Screen(sys.stdout, sys.stderr)
     async with contextlib.AsyncExitStack() as stack:
@@ -107,9 +127,11 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
                 print(f"crow: {no_judge(client)}", file=sys.stderr)
                 return EXIT_USAGE
             if args.session:
+                args.session = await resolve(client, args.session)  # a unique prefix will do
                 session = await client.resume_session(args.session, cwd, replay=False, meta=meta)
             else:
                 session = await client.new_session(cwd, meta=meta)
+            opened["id"] = session.id
         verdicts = Verdicts.of_session(session)
         if meta and verdicts.handout is None:
             print(f"crow: {NO_KEY}", file=sys.stderr)
@@ -123,6 +145,7 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
         screen.say("working")
         if await _wait(session, _until_done(session, turn, asker), screen):
             return EXIT_INTERRUPTED
+        opened["stop"] = turn.stop_reason or "end_turn"
         verdict = None
         if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
             if not args.json:

@@ -10,15 +10,17 @@ import asyncio
 import sys
 from typing import Any
 
-from crow.acp import AcpError, ClientSide, Message, SessionProjection, ToolCall
+from crow.acp import AcpError, ClientSide, Message, SessionNotFound, SessionProjection, ToolCall
 
 from .connect import AgentUnavailable, connect
 from .render import STATUS_MARKS
+from .session_ids import AmbiguousSession, resolve
 from .verifying import Verdicts
 
 __all__ = ["find", "main", "sessions", "transcript"]
 
-EXIT_NOT_FOUND, EXIT_CONNECTION = 1, 7
+EXIT_CONNECTION = 7
+EXIT_NOT_FOUND = 10  # no such session: as crow run --session and crow chat --session
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,6 +32,12 @@ def main(args: argparse.Namespace) -> int:
     except AgentUnavailable as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
+    except AmbiguousSession as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return 2
+    except SessionNotFound:
+        print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
+        return EXIT_NOT_FOUND
     except (AcpError, ConnectionError) as exc:
         print(f"crow: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
         return EXIT_CONNECTION
@@ -39,10 +47,9 @@ async def _main(args: argparse.Namespace) -> int:
     async with connect(args.command, url=args.url, token=args.token) as client:
         if args.action == "list":
             return await _list(client, args.cwd)
-        info = await find(client, args.session)
+        info = await find(client, await resolve(client, args.session))
         if info is None:
-            print(f"crow: no session {args.session}", file=sys.stderr)
-            return EXIT_NOT_FOUND
+            raise SessionNotFound(args.session)
         if args.action == "delete":
             await client.delete_session(info.session_id)
             print(f"deleted {info.session_id}")
