@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(parser, argv)
     if args.subcommand in WIRE_COMMANDS:
         pipes.unguard()  # ... but where stdout is the wire, the transport says what happens
+    else:
+        _quiet_logging()
     try:
         if (code := check_args(parser, args)) is not None:
             return code
@@ -450,6 +452,20 @@ def _init(args: argparse.Namespace) -> int:
 
 #: Libraries that log every HTTP request at INFO.
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+
+
+def _quiet_logging() -> None:
+    """A command for a person: warnings and errors on stderr as plain lines, and no
+    library's INFO chatter (the MCP SDK's ``basicConfig(level=INFO)``, made a no-op
+    by the handler already there, would show httpx's "HTTP Request:" lines)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    for chatty in QUIET_LOGGERS:
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def _setup_logging(logs: Path, level: str) -> None:
