@@ -35,6 +35,7 @@ from .orchestra import command as judge_command
 from .store import commands as store_commands
 
 EXIT_USAGE = 2
+EXIT_ADDRESS_IN_USE = 3  # crow serve --http: the port is taken
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 
 
@@ -221,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     remembered.add_arguments(
         commands.add_parser(
             "permissions",
-            help="list or forget the permission answers saved with \"always\"",
+            help='list or forget the permission answers saved with "always"',
             description=remembered.__doc__,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -230,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "completion",
         help="print a shell completion script (bash, zsh, fish)",
         description="Print the completion script of crow for SHELL, made from crow's own "
-        "command line.  bash: eval \"$(crow completion bash)\" in ~/.bashrc; zsh: crow "
+        'command line.  bash: eval "$(crow completion bash)" in ~/.bashrc; zsh: crow '
         "completion zsh > a file named _crow on $fpath; fish: crow completion fish > "
         "~/.config/fish/completions/crow.fish",
     )
@@ -275,6 +276,10 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return store_commands.main(args)
     if args.subcommand == "memory":
         return memory_commands.main(args)
+    if args.subcommand == "sessions" and args.action == "list" and not (args.url or args.command):
+        from .client.session_list import list_local  # the store itself: fast
+
+        return list_local(args)
     if args.subcommand in ("run", "chat", "sessions"):
         module = importlib.import_module(f"crow.client.{args.subcommand}")
         result: int = module.main(args)
@@ -332,6 +337,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_server(serving: Any) -> None:
     """Run a server to its end; a store that cannot be opened (a PostgreSQL server
     down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
+    from .agent.serve_http import AddressInUse, ServeError
     from .agent.slow_exit import serve_then_leave
     from .event_loop import run
     from .store.db import StoreError
@@ -342,6 +348,9 @@ def _run_server(serving: Any) -> None:
     except StoreError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         _exit_now(1)
+    except ServeError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        _exit_now(EXIT_ADDRESS_IN_USE if isinstance(exc, AddressInUse) else EXIT_USAGE)
 
 
 def _add_judge(agent: Any) -> None:

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import logging
 import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,10 @@ NO_TOKEN_WARNING = (
 
 class ServeError(Exception):
     """The server cannot start as asked (one line for people)."""
+
+
+class AddressInUse(ServeError):
+    """``--http HOST:PORT`` names a port something already listens on."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +162,7 @@ async def serve_http(
 
     from crow.acp.transports.ws_bursts import BurstWebSocketProtocol
 
+    listening = bind(host, port)  # before anything starts: a taken port is one line
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)
     if setup is not None:
@@ -204,12 +211,37 @@ async def serve_http(
         _announce(server, host, security.token, config.paths.run, published)
     )
     try:
-        await server.serve()
+        await server.serve(sockets=[listening])
     finally:
         announce.cancel()
         _unpublish(published)
         await agent.shutdown()
         await agent.store.aclose()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (uvicorn's options: SO_REUSEADDR).  Raises AddressInUse
+    or ServeError with one line for people, instead of uvicorn's logged error."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ServeError(f"--http {host}:{port}: cannot resolve {host} ({exc.strerror})") from None
+    listening = socket.socket(family, kind, proto)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(
+                f"{host}:{port} is already in use (another crow serve?): stop it, or pick "
+                "another port (--http HOST:0 takes a free one)"
+            ) from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listening.set_inheritable(True)
+    return listening
 
 
 async def _announce(
