@@ -131,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     models.add_argument("--model", help="as crow serve --model")
     models.add_argument("--base-url", help="as crow serve --base-url")
+    models.add_argument("--json", action="store_true", help="one JSON object per model")
 
     init = commands.add_parser(
         "init",
@@ -291,7 +292,9 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.subcommand == "init":
         return _init(args)
     if args.subcommand == "models":
-        return asyncio.run(_models(args))
+        from .models import listing
+
+        return asyncio.run(listing.main(args))
     if args.subcommand == "permissions":
         from .tools.remembered import main as permissions
 
@@ -405,39 +408,6 @@ def _mcp(server: str, argv: list[str]) -> int:
     module = importlib.import_module(f"crow.servers.{server}")
     result: int = module.main(argv)
     return result
-
-
-async def _models(args: argparse.Namespace) -> int:
-    """One line per model of the chain; with --check, a real call to each (or NAME)."""
-    from .models import listing
-
-    try:
-        config = load_config(Paths.from_env(), model=args.model, base_url=args.base_url)
-    except ConfigError as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    names = list(config.chain)
-    if args.check and args.check not in config.models:
-        print(f"crow: no model {args.check} (these are: {', '.join(names)})", file=sys.stderr)
-        return EXIT_USAGE
-    failed = False
-    sources: set[str] = set()
-    async with listing.described(config) as describe:
-        for name in names:
-            spec = await describe(name)
-            if spec.discovered:
-                sources.add(spec.discovered)
-            where = config.providers[spec.provider].base_url or "(in process)"
-            if args.check is None or args.check not in ("", name):
-                state = await listing.reachable(config, spec)
-            else:
-                ok, state = await listing.check(config, name)
-                failed = failed or not ok
-            origin, kinds = listing.origin(config, spec), listing.describe(spec)
-            print(f"{name:20} {origin:12} {where:32} {kinds:28} {state}")
-    if sources:
-        print(f"* as the server describes the model ({'; '.join(sorted(sources))})")
-    return 1 if failed else 0
 
 
 def _init(args: argparse.Namespace) -> int:

@@ -123,6 +123,8 @@ class ModelSpec:
     declared: frozenset[str] = frozenset()
     #: Where the server's own figures came from ("ollama /api/show"); "" if none.
     discovered: str = ""
+    #: Which of the fields ("capabilities", "context_window") the server's figures set.
+    from_server: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True)
