@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,6 +61,12 @@ def run() -> None:
         code = leaving.code if isinstance(leaving.code, int) else 1 if leaving.code else 0
         if leaving.code is not None and not isinstance(leaving.code, int):
             print(leaving.code, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C while the command line was still being read
+        print("\ncrow: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    # Ctrl-C from here on (the interpreter joining a worker thread, say) leaves at once,
+    # quietly: the command is done.
+    signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
     from .imports import importing
 
     if importing():  # an import thread must not meet the interpreter's finalization
@@ -345,9 +352,11 @@ def _run_server(serving: Any) -> None:
     from .event_loop import run
     from .store.db import StoreError
 
+    leaving = serve_then_leave(serving, _exit_now)
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            run(serve_then_leave(serving, _exit_now))
+        run(leaving)
+    except KeyboardInterrupt:  # Ctrl-C at a terminal: leave now (before the coroutines
+        _exit_now(0)  # that never started are collected, each with a warning)
     except StoreError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         _exit_now(1)

@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import pytest
 from fakemodel import Hang, Text, ToolCalls
 from serve_support import Terminals, write_config
+from test_serve_http import HttpServer
 
 CROW = [sys.executable, "-m", "crow"]
 TIMEOUT = 30
@@ -113,3 +116,91 @@ def test_lancedb_and_httpx_never_reach_the_terminal(crow_home, scripted_model, t
     assert result.returncode == 0, result.stderr
     assert "Recalled 1 memor" in result.stderr  # LanceDB was loaded before the command ran
     assert "Warning" not in result.stderr and "HTTP Request" not in result.stderr, result.stderr
+
+
+# ---- Ctrl-C -------------------------------------------------------------------------------
+@pytest.fixture
+def terminal(crow_home: Path, tmp_path: Path) -> Iterator[Terminals]:
+    env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
+    terminals = Terminals(env, tmp_path, TIMEOUT)
+    yield terminals
+    terminals.close()
+
+
+def interrupted(child: Any) -> str:
+    """Press Ctrl-C (SIGINT to the terminal's foreground group); the command leaves
+    with 130, one line and no traceback.  Returns what it printed after the Ctrl-C."""
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    said = (child.before or "").replace("\r", "")
+    assert "Traceback" not in said and "Warning" not in said, said
+    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, said)
+    assert said.strip().splitlines()[-1:] == ["crow: interrupted"], said
+    return said
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that takes connections and never answers."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        yield listening.getsockname()[1]
+
+
+def test_ctrl_c_in_memory_search_leaves_in_one_line(
+    crow_home, scripted_model, terminal, silent_port
+):
+    config = crow_home / "config.toml"
+    config.write_text(f'[memory]\nembedder = "openai"\nurl = "{scripted_model.base_url}"\n')
+    assert crow("memory", "add", "deploys go through staging-3").returncode == 0
+    config.write_text(  # the same embedder, now at a server that never answers
+        f'[memory]\nembedder = "openai"\nurl = "http://127.0.0.1:{silent_port}/v1"\n'
+    )
+    child = terminal.start("memory", "search", "where do deploys go?")
+    child.expect(pexpect.TIMEOUT, timeout=3)  # waiting for the embedder
+    interrupted(child)
+
+
+def test_ctrl_c_in_models_check_leaves_in_one_line(crow_home, scripted_model, terminal):
+    write_config(crow_home, scripted_model.base_url)
+    scripted_model.script(Hang())
+    child = terminal.start("models", "--check")
+    scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    interrupted(child)
+
+
+def test_ctrl_c_in_the_judge_leaves_in_one_line(crow_home, scripted_model, terminal):
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    server = HttpServer()
+    try:
+        scripted_model.script(Text(text="hello"))
+        first = crow("run", "--json", "--url", server.url, "hi")
+        session = first.stdout.splitlines()[-1].split('"')[3]
+        child = terminal.start("judge", "--url", server.url, "--session", session)
+        child.expect("watching session")
+        interrupted(child)
+    finally:
+        server.stop()
+
+
+def test_ctrl_c_in_the_conductor_leaves_in_one_line(crow_home, scripted_model, terminal):
+    write_config(crow_home, scripted_model.base_url)
+    child = terminal.start("conductor", "agent", f"{sys.executable} -m crow serve")
+    child.expect(pexpect.TIMEOUT, timeout=2)  # the chain waits for its client's initialize
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    said = (child.before or "").replace("\r", "")
+    assert "Traceback" not in said and child.exitstatus == 130, said
+    assert len(said.strip().splitlines()) <= 1, said
+
+
+def test_ctrl_c_while_crow_serve_starts_at_a_terminal_is_quiet(crow_home, terminal):
+    child = terminal.start("serve")
+    child.sendintr()  # at once: while it is still starting
+    child.expect(pexpect.EOF)
+    child.close()
+    said = (child.before or "").replace("\r", "")
+    assert "Traceback" not in said and "never awaited" not in said, said

@@ -79,10 +79,7 @@ def main(args: argparse.Namespace) -> int:
             f"crow judge: no model {model} (these are: {', '.join(config.models)})", file=sys.stderr
         )
         return EXIT_USAGE
-    try:
-        return asyncio.run(_judge(args, config, model))
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(_judge(args, config, model))  # Ctrl-C: crow.cli says so, 130
 
 
 async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
