@@ -4,6 +4,7 @@ the command line's own errors, saved permissions and shell completion."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -18,6 +19,7 @@ import pytest
 from fakemodel import Hang, Text, ToolCalls
 from serve_support import Terminals, write_config
 from test_serve_http import HttpServer
+from test_serve_tools import probe_config
 
 CROW = [sys.executable, "-m", "crow"]
 TIMEOUT = 30
@@ -204,3 +206,139 @@ def test_ctrl_c_while_crow_serve_starts_at_a_terminal_is_quiet(crow_home, termin
     child.close()
     said = (child.before or "").replace("\r", "")
     assert "Traceback" not in said and "never awaited" not in said, said
+
+
+# ---- saved permissions --------------------------------------------------------------------
+def test_permissions_lists_and_forgets_saved_answers(crow_home, scripted_model):
+    empty = crow("permissions")
+    assert empty.returncode == 0 and empty.stdout == "" and "no saved answers" in empty.stderr
+    (crow_home / "permissions.toml").write_text(
+        '[tools]\n"fs__write_file" = "allow"\n"terminal__run" = "deny"\n"web__fetch" = "allow"\n'
+    )
+    listed = crow("permissions")
+    assert listed.stdout.splitlines() == [
+        "TOOL            ANSWER",
+        "fs__write_file  allow",
+        "terminal__run   deny",
+        "web__fetch      allow",
+    ]
+    forgot = crow("permissions", "forget", "terminal__run", "nope")
+    assert forgot.returncode == 1 and forgot.stdout == "forgot terminal__run\n"
+    assert forgot.stderr == "crow permissions: no saved answer for nope\n"
+    assert [json.loads(line) for line in crow("permissions", "--json").stdout.splitlines()] == [
+        {"tool": "fs__write_file", "decision": "allow"},
+        {"tool": "web__fetch", "decision": "allow"},
+    ]
+    assert crow("permissions", "forget").returncode == 2  # TOOL... or --all
+    assert crow("permissions", "forget", "--all").stdout.splitlines() == [
+        "forgot fs__write_file",
+        "forgot web__fetch",
+    ]
+    assert crow("permissions").stdout == ""
+
+
+def test_a_forgotten_answer_is_asked_again(crow_home, scripted_model):
+    """What crow serve decides follows the file: a saved "allow" runs the tool
+    without asking, and once forgotten the same call needs --yes again."""
+    write_config(crow_home, scripted_model.base_url, extra=probe_config())
+    (crow_home / "permissions.toml").write_text('[tools]\n"probe__touch" = "allow"\n')
+    scripted_model.script(ToolCalls(calls=[("probe__touch", {"path": "a"})]), Text(text="done"))
+    assert crow("run", "touch it").returncode == 0
+    assert crow("permissions", "forget", "probe__touch").returncode == 0
+    scripted_model.script(ToolCalls(calls=[("probe__touch", {"path": "a"})]))
+    assert crow("run", "touch it").returncode == 6  # a permission was needed
+
+
+# ---- the command line -----------------------------------------------------------------------
+def test_an_unknown_option_shows_the_commands_own_usage():
+    for args, usage in (
+        (("run", "hi", "--frobnicate"), "usage: crow run "),
+        (("memory", "search", "q", "--frobnicate"), "usage: crow memory search "),
+    ):
+        result = crow(*args)
+        assert result.returncode == 2 and result.stderr.startswith(usage), result.stderr
+        assert result.stderr.endswith("error: unrecognized arguments: --frobnicate\n")
+
+
+def test_json_after_the_subcommand_and_mcp_help_names_itself(crow_home, scripted_model):
+    config = crow_home / "config.toml"
+    config.write_text(f'[memory]\nembedder = "openai"\nurl = "{scripted_model.base_url}"\n')
+    assert crow("memory", "add", "deploys go through staging-3").returncode == 0
+    found = crow("memory", "search", "where do deploys go?", "--json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout.splitlines()[0])["text"] == "deploys go through staging-3"
+    for server in ("fs", "terminal", "web", "memory"):
+        helped = crow("mcp", server, "--help")
+        assert helped.stdout.startswith(f"usage: crow mcp {server} "), helped.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "sessions", "judge"])
+def test_a_url_without_a_scheme_is_a_usage_error_with_the_fix(command):
+    args = {"run": ["hi"], "judge": ["--session", "s"]}.get(command, [])
+    result = crow(command, "--url", "127.0.0.1:8765", *args)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (
+        f"crow {command}: error: --url 127.0.0.1:8765 has no scheme: give "
+        "http://127.0.0.1:8765/acp (or ws://, https://, wss://)"
+    )
+
+
+def test_a_busy_port_is_one_line_and_exit_3(crow_home, scripted_model):
+    write_config(crow_home, scripted_model.base_url)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = crow("serve", "--http", f"127.0.0.1:{port}")
+    assert result.returncode == 3
+    assert result.stderr == (
+        f"crow: 127.0.0.1:{port} is already in use (another crow serve?): stop it, or pick "
+        "another port (--http HOST:0 takes a free one)\n"
+    )
+
+
+# ---- shell completion ---------------------------------------------------------------------
+def complete_in_bash(script: str, *words: str) -> list[str]:
+    """What bash's completion of ``crow WORDS`` offers, with ``script`` loaded."""
+    line = " ".join(("crow", *words))
+    program = (
+        f"{script}\n"
+        f"COMP_WORDS=(crow {' '.join(words)}); COMP_CWORD={len(words)}; "
+        f'COMP_LINE="{line}"; COMP_POINT={len(line)}\n'
+        f'$(complete -p crow | sed -E "s/.* -F ([^ ]+) .*/\\1/") crow "{words[-1]}" '
+        f'"{words[-2] if len(words) > 1 else "crow"}"\n'
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_bash_completion_from_the_parser_itself():
+    script = crow("completion", "bash")
+    assert script.returncode == 0, script.stderr
+    assert complete_in_bash(script.stdout, "ru") == ["run"]
+    assert complete_in_bash(script.stdout, "se") == ["serve", "sessions"]
+    assert complete_in_bash(script.stdout, "sessions", "--li") == ["--limit"]
+    assert complete_in_bash(script.stdout, "memory", "se") == ["search"]
+    assert complete_in_bash(script.stdout, "completion", "") == ["bash", "zsh", "fish"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_the_zsh_script_parses(tmp_path):
+    script = tmp_path / "_crow"
+    script.write_text(crow("completion", "zsh").stdout)
+    assert subprocess.run(["zsh", "-n", str(script)], timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_completes_a_subcommand(tmp_path):
+    script = tmp_path / "crow.fish"
+    script.write_text(crow("completion", "fish").stdout)
+    offered = subprocess.run(
+        ["fish", "-c", f"source {script}; complete -C 'crow sessio'"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert offered.stdout.split("\t")[0] == "sessions", offered.stdout + offered.stderr
