@@ -180,7 +180,12 @@ def test_ctrl_c_in_the_judge_leaves_in_one_line(crow_home, scripted_model, termi
         scripted_model.script(Text(text="hello"))
         first = crow("run", "--json", "--url", server.url, "hi")
         session = first.stdout.splitlines()[-1].split('"')[3]
-        child = terminal.start("judge", "--url", server.url, "--session", session)
+        missing = crow("judge", "--url", server.url, "--session", "nope", "--once")
+        assert (missing.returncode, missing.stderr) == (
+            10,
+            "crow judge: no session nope (crow sessions lists them)\n",
+        )
+        child = terminal.start("judge", "--url", server.url, "--session", session[:9])
         child.expect("watching session")
         interrupted(child)
     finally:
