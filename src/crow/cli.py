@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     from .cli_checks import check_args, parse
 
     parser = build_parser()
-    pipes.guard()  # a reader that goes away ends the command quietly (crow.pipes) ...
+    pipes.guard(_exit_now)  # a reader that goes away ends the command quietly (crow.pipes) ...
     args = parse(parser, argv)
     if args.subcommand in WIRE_COMMANDS:
         pipes.unguard()  # ... but where stdout is the wire, the transport says what happens

@@ -10,11 +10,13 @@ So the commands that write for a person (not ``crow serve`` and the others whose
 stdout is the wire) run with ``sys.stdout`` and ``sys.stderr`` guarded (``guard``):
 
 - stdout's reader gone: the descriptor is pointed at /dev/null (nothing buffered
-  can fail later, at exit), and the command leaves with ``EXIT_READER_GONE``
-  (141: 128 + SIGPIPE, as a shell reports a process SIGPIPE ended), with no
-  traceback and no message (there is no one to read it).  A command with a turn
-  to cancel first registers ``on_gone``: it is called instead, once, and the
-  command cancels its turn and leaves with that code itself.
+  can fail later, at exit), and the command leaves at once with
+  ``EXIT_READER_GONE`` (141: 128 + SIGPIPE, as a shell reports a process SIGPIPE
+  ended), with no traceback and no message (there is no one to read it): by the
+  ``leave`` function ``guard`` was given, from wherever the write was (an
+  exception raised in an event loop's callback would only be logged).  A command
+  with a turn to cancel first registers ``on_gone``: it is called instead, once,
+  and the command cancels its turn and leaves with that code itself.
 - stderr's reader gone: it goes to /dev/null too, and the command carries on.
 """
 
@@ -35,9 +37,9 @@ EXIT_READER_GONE = 141
 class GuardedStream:
     """A text stream whose writes survive the reader going away (see the module)."""
 
-    def __init__(self, stream: TextIO, *, leave: bool) -> None:
+    def __init__(self, stream: TextIO, *, leave: Callable[[int], Any] | None) -> None:
         self._stream = stream
-        self._leave = leave  # stdout: the command ends; stderr: it carries on
+        self._leave = leave  # stdout: how the command ends; stderr (None): it carries on
         self.gone = False
         self.callbacks: list[Callable[[], None]] = []
 
@@ -62,24 +64,25 @@ class GuardedStream:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._stream.fileno())
             os.close(devnull)
-        if not self._leave:
+        if self._leave is None:
             return
         if self.callbacks:
             for callback in self.callbacks:
                 callback()
             return
-        raise SystemExit(EXIT_READER_GONE)
+        self._leave(EXIT_READER_GONE)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-def guard() -> None:
-    """Guard ``sys.stdout`` and ``sys.stderr`` of this process (once)."""
+def guard(leave: Callable[[int], Any]) -> None:
+    """Guard ``sys.stdout`` and ``sys.stderr`` of this process (once); ``leave(code)``
+    ends the process when stdout's reader is gone and nobody registered ``on_gone``."""
     if not isinstance(sys.stdout, GuardedStream):
-        sys.stdout = GuardedStream(sys.stdout, leave=True)  # type: ignore[assignment]
+        sys.stdout = GuardedStream(sys.stdout, leave=leave)  # type: ignore[assignment]
     if not isinstance(sys.stderr, GuardedStream):
-        sys.stderr = GuardedStream(sys.stderr, leave=False)  # type: ignore[assignment]
+        sys.stderr = GuardedStream(sys.stderr, leave=None)  # type: ignore[assignment]
 
 
 def unguard() -> None:

@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from fakemodel import Slow
+from fakemodel import Slow, Text
 from serve_support import write_config
 from test_serve_http import HttpServer
 
@@ -115,3 +115,19 @@ def test_listing_commands_leave_quietly_when_nobody_reads(crow_home, scripted_mo
             check=True,
         )
     run_closed(*args)
+
+
+def test_chat_from_a_pipe_leaves_quietly_when_nobody_reads(crow_home, scripted_model):
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.script(Text(text="a reply nobody reads"))
+    write = closed_pipe()
+    try:
+        process = subprocess.Popen(
+            [*CROW, "chat"], stdin=subprocess.PIPE, stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert process.stdin is not None
+    process.stdin.write("hello\n")
+    process.stdin.close()
+    left_quietly(process)
