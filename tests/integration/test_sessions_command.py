@@ -98,6 +98,11 @@ def test_ids_by_prefix_and_one_code_for_no_such_session(stored):
     run = crow("run", "--session", "nope", "hi")
     assert run.returncode == 10 and "crow: no session nope" in run.stderr
     assert crow("run", "--session", "sess_00", "hi").returncode == 2
+    chat = crow("chat", "--session", "nope")
+    assert chat.returncode == 10 and "crow: no session nope" in chat.stderr
+    assert crow("chat", "--session", "sess_00").returncode == 2
+    resumed = crow("chat", "--session", "0017aa")  # stdin is empty: it resumes, then leaves
+    assert resumed.returncode == 0 and "crow: session sess_0017aaaa" in resumed.stderr
     assert crow("sessions", "delete", "0012aa").returncode == 0
     assert "sess_0012aaaa" not in crow("sessions", "--limit", "0").stdout
 
