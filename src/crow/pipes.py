@@ -80,9 +80,9 @@ def guard(leave: Callable[[int], Any]) -> None:
     """Guard ``sys.stdout`` and ``sys.stderr`` of this process (once); ``leave(code)``
     ends the process when stdout's reader is gone and nobody registered ``on_gone``."""
     if not isinstance(sys.stdout, GuardedStream):
-        sys.stdout = GuardedStream(sys.stdout, leave=leave)  # type: ignore[assignment]
+        sys.stdout = GuardedStream(sys.stdout, leave=leave)
     if not isinstance(sys.stderr, GuardedStream):
-        sys.stderr = GuardedStream(sys.stderr, leave=None)  # type: ignore[assignment]
+        sys.stderr = GuardedStream(sys.stderr, leave=None)
 
 
 def unguard() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from crow.config import Paths, load_config
-
 
 def crow(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -47,7 +47,9 @@ def left_quietly(process: subprocess.Popen[str]) -> str:
         process.wait(timeout=LEAVE_S)
     except subprocess.TimeoutExpired:
         process.kill()
-        raise AssertionError(f"crow went on after its reader left: {process.stderr.read()}")
+        raise AssertionError(
+            f"crow went on after its reader left: {process.stderr.read()}"
+        ) from None
     stderr = process.stderr.read()
     process.stderr.close()
     assert process.returncode == EXIT_READER_GONE, stderr

@@ -100,7 +100,8 @@ def test_write_private_replaces_atomically_with_0600(tmp_path):
     os.chmod(file, 0o644)
     write_private(file, "new")
     assert file.read_text() == "new" and mode(file) == 0o600
-    assert [p.name for p in tmp_path.iterdir() if p.name != "crow-home"] == ["f.toml"]  # no temporary file left
+    left = [p.name for p in tmp_path.iterdir() if p.name != "crow-home"]
+    assert left == ["f.toml"]  # no temporary file left
 
 
 def test_write_private_writes_through_a_symlink(tmp_path):
@@ -118,7 +119,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     file.write_text("old")
     with pytest.raises(TypeError):
         write_private(file, b"not text")  # type: ignore[arg-type]
-    assert file.read_text() == "old" and [p.name for p in tmp_path.iterdir() if p.name != "crow-home"] == ["f"]
+    left = [p.name for p in tmp_path.iterdir() if p.name != "crow-home"]
+    assert file.read_text() == "old" and left == ["f"]
 
 
 # ---- the session store ---------------------------------------------------------------

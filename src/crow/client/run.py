@@ -232,7 +232,11 @@ def _leave_when_the_reader_goes(session: Session) -> None:
         sys.stderr.flush()
         os._exit(pipes.EXIT_READER_GONE)
 
-    pipes.on_gone(lambda: leaving or leaving.append(loop.create_task(leave())))
+    def gone() -> None:
+        if not leaving:  # once
+            leaving.append(loop.create_task(leave()))
+
+    pipes.on_gone(gone)
 
 
 @contextlib.contextmanager
