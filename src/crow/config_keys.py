@@ -9,32 +9,36 @@ config written for a newer Crow still loads.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from typing import Any
 
+from .config import (
+    TOOL_KINDS,
+    AcpSettings,
+    JudgeSettings,
+    Limits,
+    MemorySettings,
+    RetryPolicy,
+    ServerSettings,
+    SessionSettings,
+)
+
 __all__ = ["KNOWN", "unknown_keys"]
 
+
+def _fields(settings: type) -> frozenset[str]:
+    """A settings dataclass's fields: the keys of its table."""
+    return frozenset(f.name for f in dataclasses.fields(settings))
+
+
 #: Per table, its keys; ``"*"`` is a table of named tables (``[models.NAME]``), whose
-#: keys are listed under the same name with ``.*`` (``models.*``).
+#: keys are listed under the same name with ``.*`` (``models.*``).  The tables read
+#: into a settings dataclass take its fields.
 KNOWN: dict[str, frozenset[str]] = {
     "": frozenset(
-        {
-            "model",
-            "providers",
-            "models",
-            "tools",
-            "web",
-            "permissions",
-            "mcp",
-            "store",
-            "memory",
-            "judge",
-            "limits",
-            "acp",
-            "server",
-            "retry",
-            "session",
-        }
+        {"model", "providers", "models", "tools", "web", "permissions", "mcp", "store"}
+        | {"memory", "judge", "limits", "acp", "server", "retry", "session"}
     ),
     "model": frozenset({"default", "fallback", "system_prompt", "max_steps"}),
     "providers": frozenset({"*"}),
@@ -45,62 +49,20 @@ KNOWN: dict[str, frozenset[str]] = {
     ),
     "tools": frozenset({"builtin", "timeout_s", "max_result_kib"}),
     "web": frozenset({"search_url", "allow_hosts"}),
-    "permissions": frozenset(
-        {
-            "read",
-            "edit",
-            "delete",
-            "move",
-            "search",
-            "execute",
-            "think",
-            "fetch",
-            "other",
-            "yolo",
-        }
-    ),
+    "permissions": frozenset({*TOOL_KINDS, "yolo"}),
     "mcp": frozenset({"servers", "ask_client_servers", "acp_servers"}),
     "mcp.servers": frozenset({"*"}),
     "mcp.servers.*": frozenset(
         {"command", "args", "env", "url", "headers", "timeout_s", "trusted"}
     ),
     "store": frozenset({"url"}),
-    "memory": frozenset(
-        {
-            "embedder",
-            "url",
-            "model",
-            "api_key_env",
-            "auto_recall",
-            "recall_limit",
-            "recall_threshold",
-            "recall_budget_tokens",
-            "merge_threshold",
-            "remember",
-            "forget",
-            "model_reads",
-            "max_text_kib",
-        }
-    ),
-    "judge": frozenset(
-        {"model", "rubric", "check", "check_timeout_s", "max_rounds", "every_session"}
-    ),
-    "limits": frozenset({"max_prompt_mib"}),
-    "acp": frozenset({"v2"}),
-    "server": frozenset(
-        {
-            "token",
-            "allowed_origins",
-            "allowed_hosts",
-            "idle_timeout_s",
-            "init_timeout_s",
-            "max_buffered_mib",
-            "max_output_stall_s",
-            "shutdown_grace_s",
-        }
-    ),
-    "retry": frozenset({"attempts", "backoff_s", "timeout_s"}),
-    "session": frozenset({"while_busy"}),
+    "memory": _fields(MemorySettings),
+    "judge": _fields(JudgeSettings),
+    "limits": _fields(Limits),
+    "acp": _fields(AcpSettings),
+    "server": _fields(ServerSettings),
+    "retry": _fields(RetryPolicy),
+    "session": _fields(SessionSettings),
 }
 
 #: Tables whose values are free-form (an MCP server's environment and headers).
