@@ -106,3 +106,32 @@ def test_init_and_run_take_the_embedded_model_by_name(
     answered = crow("run", "--model", "smollm2-135m", "Say hello.")
     assert answered.returncode == 0, answered.stderr
     assert scripted_model.requests == []  # the embedded model answered, not ollama
+
+
+@needs_local
+def test_a_gguf_model_declared_by_hand_is_offered_no_tools(crow_home, clean_env, tmp_path):
+    """A local model without ``capabilities`` gets no tools: asked to use them, a small
+    model answers in text instead of calling them turn after turn (exit 8 before)."""
+    from crow.models.local import embedded_path
+
+    (crow_home / "config.toml").write_text(
+        '[providers.mine]\nkind = "local"\n\n'
+        f'[models.tiny]\nprovider = "mine"\nid = "{embedded_path()}"\n'
+        "context_window = 8192\nmax_output_tokens = 48\n\n"
+        '[tools]\nbuiltin = ["fs", "terminal"]\n'
+    )
+    (tmp_path / "notes.txt").write_text("hello\n")
+    answered = subprocess.run(
+        [sys.executable, "-m", "crow", "run", "--json", "List the files here with your tools."],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert answered.returncode in (0, 4), answered.stderr  # end_turn, or its 48 tokens
+    kinds = {
+        line.split('"sessionUpdate": "')[1].split('"')[0]
+        for line in answered.stdout.splitlines()[:-1]
+    }
+    assert "tool_call" not in kinds and "agent_message_chunk" in kinds

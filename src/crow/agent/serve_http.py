@@ -158,11 +158,24 @@ async def serve_http(
     limits: HttpLimits | None = None,
     setup: Setup | None = None,
 ) -> None:
+    listening = bind(host, port)  # before anything starts: a taken port is one line
+    with contextlib.closing(listening):
+        await _serve_on(listening, config, host, security, limits=limits, setup=setup)
+
+
+async def _serve_on(
+    listening: socket.socket,
+    config: Config,
+    host: str,
+    security: HttpSecurity,
+    *,
+    limits: HttpLimits | None,
+    setup: Setup | None,
+) -> None:
     import uvicorn
 
     from crow.acp.transports.ws_bursts import BurstWebSocketProtocol
 
-    listening = bind(host, port)  # before anything starts: a taken port is one line
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)
     if setup is not None:
@@ -192,7 +205,7 @@ async def serve_http(
         uvicorn.Config(
             app,
             host=host,
-            port=port,
+            port=listening.getsockname()[1],  # the socket is bound already
             log_level="warning",
             log_config=None,  # uvicorn's records go through Crow's handlers (redacted)
             lifespan="on",
