@@ -24,6 +24,9 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 @pytest.fixture(autouse=True)
 def crow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "crow-home"
+    # Made, as after a first run: the first-run note is tested where it belongs
+    # (tests/integration/test_first_hour.py), not in every test's stderr.
+    home.mkdir(mode=0o700)
     monkeypatch.setenv("CROW_HOME", str(home))
     # The user's own ~/.agents/AGENTS.md must not reach a test's system prompt.
     monkeypatch.setenv("CROW_AGENTS_DIR", str(tmp_path / "agents"))

@@ -20,6 +20,7 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from .orchestra import command as judge_command
 from .store import commands as store_commands
 
 EXIT_USAGE = 2
+EXIT_ADDRESS_IN_USE = 3  # crow serve --http: the port is taken
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
 
 
@@ -53,7 +55,18 @@ class _VersionAction(argparse.Action):
 
 def run() -> None:
     """The ``crow`` command: ``main``, then the exit."""
-    code = main()
+    try:
+        code = main()
+    except SystemExit as leaving:  # argparse's exits, and crow.pipes' (the reader left)
+        code = leaving.code if isinstance(leaving.code, int) else 1 if leaving.code else 0
+        if leaving.code is not None and not isinstance(leaving.code, int):
+            print(leaving.code, file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C while the command line was still being read
+        print("\ncrow: interrupted", file=sys.stderr)
+        code = EXIT_INTERRUPTED
+    # Ctrl-C from here on (the interpreter joining a worker thread, say) leaves at once,
+    # quietly: the command is done.
+    signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
     from .imports import importing
 
     if importing():  # an import thread must not meet the interpreter's finalization
@@ -73,7 +86,8 @@ def _tell_the_reaper() -> None:
         sys.modules["crow.children"].adopt_orphans()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (``crow completion`` writes its scripts from it)."""
     parser = argparse.ArgumentParser(
         prog="crow", description="Crow: a persistent AI coding agent speaking ACP v2."
     )
@@ -124,12 +138,26 @@ def main(argv: list[str] | None = None) -> int:
     )
     models.add_argument("--model", help="as crow serve --model")
     models.add_argument("--base-url", help="as crow serve --base-url")
+    models.add_argument("--json", action="store_true", help="one JSON object per model")
 
-    init = commands.add_parser("init", help="write a commented config.toml into the Crow home")
+    init = commands.add_parser(
+        "init",
+        help="write a config.toml for the models this machine has, the rest commented",
+        description="Looks for ollama (localhost:11434, or OLLAMA_HOST) and its models, "
+        "an OpenAI-compatible --base-url, and the embedded model of the local extra, and "
+        "writes a config.toml that uses them (the embedded model last, as the fallback), "
+        "with every other setting commented.",
+    )
     init.add_argument("--force", action="store_true", help="overwrite an existing config.toml")
-    init.add_argument("--model", help="the model id to write (default: $CROW_MODEL, else qwen3:8b)")
     init.add_argument(
-        "--base-url", help="the endpoint to write (default: $OPENAI_BASE_URL, else ollama's)"
+        "--model",
+        help="the model to answer first: one ollama or --base-url has, or smollm2-135m (the "
+        "embedded model); default: $CROW_MODEL, else the first one found",
+    )
+    init.add_argument(
+        "--base-url",
+        help="an OpenAI-compatible server to write (default: $OPENAI_BASE_URL, else ollama "
+        "where OLLAMA_HOST says)",
     )
 
     # Commands with a help text of their own (kept raw: it has tables), and their options.
@@ -197,7 +225,55 @@ def main(argv: list[str] | None = None) -> int:
     mcp.add_argument("server", choices=["fs", "terminal", "web", "memory"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
 
-    args = parser.parse_args(argv)
+    from .tools import remembered  # light: the argument definitions
+
+    remembered.add_arguments(
+        commands.add_parser(
+            "permissions",
+            help='list or forget the permission answers saved with "always"',
+            description=remembered.__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+    )
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="Print the completion script of crow for SHELL, made from crow's own "
+        'command line.  bash: eval "$(crow completion bash)" in ~/.bashrc; zsh: crow '
+        "completion zsh > a file named _crow on $fpath; fish: crow completion fish > "
+        "~/.config/fish/completions/crow.fish",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    return parser
+
+
+#: Commands whose stdout is the wire (ACP or MCP): never guarded, never a first-run note.
+WIRE_COMMANDS = frozenset({"serve", "mcp", "conductor", "proxy"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import pipes
+    from .cli_checks import check_args, parse
+
+    parser = build_parser()
+    pipes.guard(_exit_now)  # a reader that goes away ends the command quietly (crow.pipes) ...
+    args = parse(parser, argv)
+    if args.subcommand in WIRE_COMMANDS:
+        pipes.unguard()  # ... but where stdout is the wire, the transport says what happens
+    else:
+        _quiet_logging()
+    try:
+        if (code := check_args(parser, args)) is not None:
+            return code
+        code = _dispatch(parser, args)
+        sys.stdout.flush()  # a reader that went away is found here at the latest
+        return code
+    except KeyboardInterrupt:  # Ctrl-C before (or outside) a command's own handling
+        print("\ncrow: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.subcommand == "judge":
         return judge_command.main(args)
     if args.subcommand == "conductor":
@@ -208,13 +284,13 @@ def main(argv: list[str] | None = None) -> int:
         return store_commands.main(args)
     if args.subcommand == "memory":
         return memory_commands.main(args)
+    if args.subcommand == "sessions" and args.action == "list" and not (args.url or args.command):
+        from .client.session_list import list_local  # the store itself: fast
+
+        return list_local(args)
     if args.subcommand in ("run", "chat", "sessions"):
-        try:
-            module = importlib.import_module(f"crow.client.{args.subcommand}")
-            result: int = module.main(args)
-        except KeyboardInterrupt:  # Ctrl-C before the command's own handling (start-up)
-            print(file=sys.stderr)
-            return EXIT_INTERRUPTED
+        module = importlib.import_module(f"crow.client.{args.subcommand}")
+        result: int = module.main(args)
         return result
     if args.subcommand == "mcp":
         return _mcp(args.server, args.args)
@@ -223,7 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.subcommand == "init":
         return _init(args)
     if args.subcommand == "models":
-        return asyncio.run(_models(args))
+        from .models import listing
+
+        return asyncio.run(listing.main(args))
+    if args.subcommand == "permissions":
+        from .tools.remembered import main as permissions
+
+        return permissions(args)
+    if args.subcommand == "completion":
+        from .completion import script
+
+        print(script(build_parser(), args.shell), end="")
+        return 0
     parser.print_help()
     return 0
 
@@ -260,16 +347,22 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_server(serving: Any) -> None:
     """Run a server to its end; a store that cannot be opened (a PostgreSQL server
     down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
+    from .agent.serve_http import AddressInUse, ServeError
     from .agent.slow_exit import serve_then_leave
     from .event_loop import run
     from .store.db import StoreError
 
+    leaving = serve_then_leave(serving, _exit_now)
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            run(serve_then_leave(serving, _exit_now))
+        run(leaving)
+    except KeyboardInterrupt:  # Ctrl-C at a terminal: leave now (before the coroutines
+        _exit_now(0)  # that never started are collected, each with a warning)
     except StoreError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         _exit_now(1)
+    except ServeError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        _exit_now(EXIT_ADDRESS_IN_USE if isinstance(exc, AddressInUse) else EXIT_USAGE)
 
 
 def _add_judge(agent: Any) -> None:
@@ -326,59 +419,41 @@ def _mcp(server: str, argv: list[str]) -> int:
     return result
 
 
-async def _models(args: argparse.Namespace) -> int:
-    """One line per model of the chain; with --check, a real call to each (or NAME)."""
-    from .models import listing
-
-    try:
-        config = load_config(Paths.from_env(), model=args.model, base_url=args.base_url)
-    except ConfigError as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    names = list(config.chain)
-    if args.check and args.check not in config.models:
-        print(f"crow: no model {args.check} (these are: {', '.join(names)})", file=sys.stderr)
-        return EXIT_USAGE
-    failed = False
-    sources: set[str] = set()
-    async with listing.described(config) as describe:
-        for name in names:
-            spec = await describe(name)
-            if spec.discovered:
-                sources.add(spec.discovered)
-            where = config.providers[spec.provider].base_url or "(in process)"
-            if args.check is None or args.check not in ("", name):
-                state = await listing.reachable(config, spec)
-            else:
-                ok, state = await listing.check(config, name)
-                failed = failed or not ok
-            origin, kinds = listing.origin(config, spec), listing.describe(spec)
-            print(f"{name:20} {origin:12} {where:32} {kinds:28} {state}")
-    if sources:
-        print(f"* as the server describes the model ({'; '.join(sorted(sources))})")
-    return 1 if failed else 0
-
-
 def _init(args: argparse.Namespace) -> int:
-    from .config_template import write_default_config
+    """Write a config.toml for the models this machine has (crow.config_template)."""
+    from .config_template import detect, write_default_config
 
     paths = Paths.from_env()
-    try:
-        written = write_default_config(
-            paths,
-            force=args.force,
-            model=args.model or os.environ.get("CROW_MODEL"),
-            base_url=args.base_url or os.environ.get("OPENAI_BASE_URL"),
-        )
-    except FileExistsError as exc:
-        print(f"crow: {exc}", file=sys.stderr)
+    if paths.config_file.exists() and not args.force:
+        print(f"crow: {paths.config_file} exists; pass --force to overwrite it", file=sys.stderr)
         return 1
+    base_url = args.base_url or os.environ.get("OPENAI_BASE_URL")
+    found = detect(base_url)
+    written, said = write_default_config(
+        paths, force=True, model=args.model or os.environ.get("CROW_MODEL"), found=found
+    )
+    for line in said:
+        print(f"crow: {line}", file=sys.stderr)
     print(f"wrote {written}")
     return 0
 
 
 #: Libraries that log every HTTP request at INFO.
 QUIET_LOGGERS = ("httpx", "httpx2", "httpcore", "httpcore2")
+
+
+def _quiet_logging() -> None:
+    """A command for a person: warnings and errors on stderr as plain lines, and no
+    library's INFO chatter (the MCP SDK's ``basicConfig(level=INFO)``, made a no-op
+    by the handler already there, would show httpx's "HTTP Request:" lines)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    for chatty in QUIET_LOGGERS:
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def _setup_logging(logs: Path, level: str) -> None:

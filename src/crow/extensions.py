@@ -8,6 +8,7 @@ __all__ = [
     "BACKGROUND",
     "FROM",
     "INSERT",
+    "JUDGE_OF",
     "JUDGING",
     "MAX_VERDICT_CHARS",
     "POST_JUDGING",
@@ -62,6 +63,10 @@ VERIFIED_ABOVE = "crow/verifiedAbove"
 #: person, sent: "judge" for the judge's follow-up prompts.  crow serve keeps it only
 #: on the prompts of the session's judge, and ``crow proxy judge`` only on its own.
 FROM = "crow/from"
+
+#: ``_meta`` key of a ``session/list`` entry: the session a judge session judges (its
+#: reasoning, kept apart); ``crow sessions`` lists judge sessions only with ``--all``.
+JUDGE_OF = "crow/judgeOf"
 
 #: ``_meta`` key (true) of a ``session/resume`` by which a client (``crow judge``)
 #: becomes the session's judge: the one connection whose ``_crow/verdict`` crow serve

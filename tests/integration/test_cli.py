@@ -5,8 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from crow.config import Paths, load_config
-
 
 def crow(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -16,15 +14,6 @@ def crow(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         stdin=subprocess.DEVNULL,
     )
-
-
-def test_init_writes_a_config_that_loads_and_will_not_overwrite_it(crow_home):
-    first = crow("init")
-    assert first.returncode == 0 and str(crow_home / "config.toml") in first.stdout
-    assert load_config(Paths(home=crow_home)).chain == ("local",)
-    again = crow("init")
-    assert again.returncode == 1 and "--force" in again.stderr
-    assert crow("init", "--force").returncode == 0
 
 
 def test_help_lists_the_commands():

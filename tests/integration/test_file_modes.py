@@ -109,7 +109,7 @@ def test_a_working_model_leaves_no_credential_and_a_private_home(home, scripted_
 
 
 def test_an_open_home_is_tightened(crow_home, scripted_model):
-    crow_home.mkdir(mode=0o755)
+    crow_home.chmod(0o755)
     os.chmod(crow_home, 0o755)
     os.close(os.open(crow_home / "config.toml", os.O_CREAT | os.O_WRONLY, 0o600))
     write_secret_config(crow_home, scripted_model)

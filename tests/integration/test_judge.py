@@ -264,6 +264,8 @@ async def test_a_failing_check_fails_the_turn_whatever_the_model_says(
         )
         assert judge.returncode == 1, err
         assert out.startswith("✗ judge: the check `test -f hello.txt` exited 1")
+        # Libraries' chatter never reaches the person: no request log, no warnings.
+        assert "HTTP Request" not in err and "Warning" not in err, err
         [verdict] = verdicts(session)
         meta = verdict.meta[VERDICT]
         assert meta["verdict"] == "fail" and meta["checkExitCode"] == 1

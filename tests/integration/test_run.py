@@ -71,8 +71,9 @@ def test_each_stop_reason_has_its_exit_code_and_one_line(configured, reply, code
     configured().script(reply)
     result = crow("run", "go")
     assert result.returncode == code
-    last = result.stderr.strip().splitlines()[-1]
+    *_, last, session = result.stderr.strip().splitlines()
     assert last.startswith("crow: ") and says in last
+    assert session.startswith("crow: session sess_")  # last: the session, to continue it
 
 
 def test_an_unreachable_model_server_is_named_once_with_what_to_do(crow_home):
@@ -145,11 +146,20 @@ def test_the_prompt_can_come_from_stdin_and_json_lines_carry_every_update(config
     model.script(Text(text="piped answer", chunks=2))
     result = crow("run", "--json", "-", stdin="a question from a pipe")
     assert result.returncode == 0, result.stderr
-    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    *lines, end = [json.loads(line) for line in result.stdout.splitlines()]
     kinds = [line["update"]["sessionUpdate"] for line in lines]
     assert kinds[0] in ("available_commands_update", "user_message")
     assert "agent_message_chunk" in kinds and kinds[-1] == "state_update"
     assert lines[-1]["update"]["stopReason"] == "end_turn"
+    # The last line ends it: the session (to continue it), the stop reason, the exit code.
+    assert end == {
+        "sessionId": lines[0]["sessionId"],
+        "end": {"stopReason": "end_turn", "exitCode": 0},
+    }
+    assert (
+        result.stderr
+        == f"crow: session {end['sessionId']} (--session {end['sessionId']} continues it)\n"
+    )
     assert model.requests[0]["messages"][-1]["content"][0]["text"] == "a question from a pipe"
 
 
@@ -231,7 +241,7 @@ def test_sessions_list_show_and_delete(configured):
     assert crow("sessions", "delete", session_id).returncode == 0
     assert session_id not in crow("sessions").stdout
     missing = crow("sessions", "show", session_id)
-    assert missing.returncode == 1 and "no session" in missing.stderr
+    assert missing.returncode == 10 and "no session" in missing.stderr  # as run --session
 
 
 @pytest.mark.skipif(
@@ -245,10 +255,11 @@ def test_a_first_run_with_nothing_configured_answers_on_the_embedded_model(crow_
     assert result.returncode == 0, result.stderr
     assert "Paris" in result.stdout
     said = result.stderr.strip().splitlines()
-    assert said == [
+    assert said[:-1] == [
         "crow: using the embedded model smollm2-135m (no model server at "
         "http://localhost:11434/v1, where Crow looks for ollama when none is configured)"
     ]
+    assert said[-1].startswith("crow: session sess_")
 
 
 def test_a_first_run_finds_ollama_by_ollama_host_and_asks_what_its_model_can_do(
@@ -272,7 +283,7 @@ def test_a_first_run_finds_ollama_by_ollama_host_and_asks_what_its_model_can_do(
     [request] = scripted_model.requests
     assert request["model"] == "gemma3:270m" and "tools" not in request
     assert scripted_model.asked[:2] == ["GET /api/tags", "POST /api/show"]
-    updates = [json.loads(line)["update"] for line in result.stdout.splitlines()]
+    updates = [json.loads(line)["update"] for line in result.stdout.splitlines()[:-1]]
     [usage] = [u for u in updates if u["sessionUpdate"] == "usage_update"]
     assert (usage["used"], usage["size"]) == (14, 4096)
     assert "ollama has no qwen3:8b; using gemma3:270m" in result.stderr

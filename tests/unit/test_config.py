@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crow.config import ConfigError, Paths, load_config
-from crow.config_template import write_default_config
+from crow.config_template import Found, write_default_config
 
 
 @pytest.fixture
@@ -109,13 +109,46 @@ def test_command_line_overrides_beat_the_environment(paths, monkeypatch):
     assert config.providers["default"].base_url == "http://cli:1/v1"
 
 
-def test_the_written_default_config_loads(paths):
-    written = write_default_config(paths)
+OLLAMA = "http://localhost:11434/v1"
+
+
+def test_init_writes_what_it_found_with_the_embedded_model_last(paths, no_env):
+    found = Found(ollama_url=OLLAMA, ollama_models=("qwen3:8b", "gemma3:270m"), embedded=True)
+    written, said = write_default_config(paths, found=found)
     config = load_config(paths)
-    assert written == paths.config_file
-    assert config.chain == ("local",) and config.models["local"].model_id == "qwen3:8b"
+    assert written == paths.config_file and said == [] and config.warnings == ()
+    assert config.chain == ("qwen3:8b", "smollm2-135m")
+    assert set(config.models) == {"qwen3:8b", "gemma3:270m", "smollm2-135m"}
+    assert config.providers["ollama"].base_url == OLLAMA
+    embedded = config.models["smollm2-135m"]
+    assert embedded.capabilities == frozenset() and embedded.context_window == 8192
     with pytest.raises(FileExistsError):
-        write_default_config(paths)
+        write_default_config(paths, found=found)
+
+
+def test_init_with_nothing_running_names_the_embedded_model(paths, no_env):
+    found = Found(ollama_url=OLLAMA, ollama_models=None, embedded=True)
+    write_default_config(paths, found=found)
+    config = load_config(paths)
+    assert config.chain == ("smollm2-135m",)
+    assert "# [providers.ollama]" in paths.config_file.read_text()
+
+
+def test_init_with_nothing_at_all_leaves_zero_config_and_says_so(paths, no_env, embedded):
+    embedded(False)
+    found = Found(ollama_url=OLLAMA, ollama_models=None, embedded=False)
+    _, said = write_default_config(paths, found=found)
+    assert load_config(paths).chain == ("qwen3:8b",)  # zero config: a guess, each run
+    assert len(said) == 1 and "no model found" in said[0]
+
+
+def test_init_takes_the_embedded_model_by_name_and_puts_a_named_model_first(paths, no_env):
+    found = Found(ollama_url=OLLAMA, ollama_models=("qwen3:8b",), embedded=True)
+    write_default_config(paths, found=found, model="smollm2-135m")
+    assert load_config(paths).chain == ("smollm2-135m", "qwen3:8b")
+    _, said = write_default_config(paths, found=found, model="llama3:8b", force=True)
+    assert load_config(paths).chain == ("llama3:8b", "smollm2-135m")
+    assert said == ["ollama has no llama3:8b yet: ollama pull llama3:8b"]
 
 
 def test_acp_v2_is_on_unless_switched_off(paths):
@@ -266,7 +299,9 @@ def test_trust_limits_and_client_servers(paths):
 
 
 def test_the_environment_beats_the_file_and_the_flags_beat_both(paths, no_env, monkeypatch):
-    write_default_config(paths)
+    write_default_config(
+        paths, found=Found(ollama_url=OLLAMA, ollama_models=("qwen3:8b",), embedded=False)
+    )
     monkeypatch.setenv("OPENAI_BASE_URL", "http://env:1/v1")
     monkeypatch.setenv("CROW_MODEL", "env-model")
     config = load_config(paths)
@@ -280,10 +315,69 @@ def test_the_environment_beats_the_file_and_the_flags_beat_both(paths, no_env, m
 
 
 def test_init_writes_the_model_and_endpoint_it_is_given(paths):
-    write_default_config(paths, model='we"ird', base_url="http://gpu:8000/v1")
+    found = Found(
+        ollama_url=OLLAMA,
+        ollama_models=None,
+        embedded=False,
+        server_url="http://gpu:8000/v1",
+        server_models=("a", 'we"ird'),
+    )
+    _, said = write_default_config(paths, model='we"ird', found=found)
     config = load_config(paths)
-    assert config.models["local"].model_id == 'we"ird'
-    assert config.providers["ollama"].base_url == "http://gpu:8000/v1"
+    assert said == [] and config.chain == ('we"ird',)
+    assert config.models['we"ird'].model_id == 'we"ird'
+    assert config.providers["server"].base_url == "http://gpu:8000/v1"
+
+
+def test_unknown_tables_and_keys_are_warnings_with_the_closest_name(paths):
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[modle]\ndefault = "x"\n\n[model]\nmax_step = 3\n\n[providers.p]\n'
+        'base_url = "http://h/v1"\nkindd = "openai"\n\n[models.m]\nprovider = "p"\n\n'
+        '[mcp.servers.s]\ncommand = "c"\nenv = { ANY_NAME = "1" }\n\n[zzz]\n'
+    )
+    warnings = [w.split(": ", 1)[1] for w in load_config(paths).warnings]
+    assert warnings == [
+        "unknown table [modle] (did you mean [model]?): Crow ignores it",
+        "unknown key model.max_step (did you mean model.max_steps?): Crow ignores it",
+        "unknown key providers.p.kindd (did you mean providers.p.kind?): Crow ignores it",
+        "unknown table [zzz]: Crow ignores it",
+    ]
+
+
+def test_a_local_model_gets_tools_only_when_declared(paths, no_env):
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text(
+        '[providers.mine]\nkind = "local"\n\n[models.gguf]\nprovider = "mine"\n'
+        'id = "/m.gguf"\n\n[models.caller]\nprovider = "mine"\nid = "/c.gguf"\n'
+        'capabilities = ["tools"]\n\n[models.tiny]\nprovider = "mine"\nid = "smollm2-135m"\n'
+    )
+    config = load_config(paths)
+    assert config.models["gguf"].capabilities == frozenset()
+    assert config.models["caller"].capabilities == {"tools"}
+    assert (config.models["tiny"].context_window, config.models["tiny"].max_output_tokens) == (
+        8192,
+        1024,
+    )
+
+
+def test_the_embedded_model_is_asked_for_by_name(paths, no_env):
+    assert load_config(paths, model="smollm2-135m").chain == ("smollm2-135m",)
+    assert load_config(paths, model="smollm2-135m").providers["embedded"].kind == "local"
+    write_default_config(
+        paths, found=Found(ollama_url=OLLAMA, ollama_models=("qwen3:8b",), embedded=False)
+    )
+    config = load_config(paths, model="smollm2-135m")
+    assert config.chain == ("smollm2-135m", "qwen3:8b")
+    assert config.models["smollm2-135m"].provider == "embedded"
+
+
+def test_a_bad_crow_store_url_is_blamed_on_the_environment(paths, monkeypatch):
+    monkeypatch.setenv("CROW_STORE_URL", "mysql://me:pw@db/x")
+    with pytest.raises(ConfigError) as failure:
+        load_config(paths)
+    said = str(failure.value)
+    assert said.startswith("the environment: CROW_STORE_URL:") and "pw" not in said
 
 
 def test_judge_settings(paths):

@@ -37,7 +37,7 @@ def tool(qualified: str, kind: str, *, trusted: bool = True) -> ToolInfo:
     ],
 )
 def test_decisions(crow_home, config, call, decision):
-    crow_home.mkdir(parents=True)
+    crow_home.mkdir(parents=True, exist_ok=True)
     (crow_home / "config.toml").write_text(config)
     settings = load_config()
     assert Permissions(settings.tools, settings.paths).decide(call) == decision

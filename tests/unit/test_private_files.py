@@ -16,7 +16,7 @@ import pytest
 
 from crow.cli import _setup_logging
 from crow.config import Paths, load_config, save_permission
-from crow.config_template import write_default_config
+from crow.config_template import Found, write_default_config
 from crow.private import private_dir, private_file, tighten_file, write_private
 from crow.store.db import Store
 
@@ -100,7 +100,8 @@ def test_write_private_replaces_atomically_with_0600(tmp_path):
     os.chmod(file, 0o644)
     write_private(file, "new")
     assert file.read_text() == "new" and mode(file) == 0o600
-    assert [p.name for p in tmp_path.iterdir()] == ["f.toml"]  # no temporary file left
+    left = [p.name for p in tmp_path.iterdir() if p.name != "crow-home"]
+    assert left == ["f.toml"]  # no temporary file left
 
 
 def test_write_private_writes_through_a_symlink(tmp_path):
@@ -118,7 +119,8 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
     file.write_text("old")
     with pytest.raises(TypeError):
         write_private(file, b"not text")  # type: ignore[arg-type]
-    assert file.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f"]
+    left = [p.name for p in tmp_path.iterdir() if p.name != "crow-home"]
+    assert file.read_text() == "old" and left == ["f"]
 
 
 # ---- the session store ---------------------------------------------------------------
@@ -172,9 +174,10 @@ def test_an_older_open_store_is_tightened(paths):
 
 
 def test_crow_init_writes_a_private_config(paths):
-    written = write_default_config(paths)
+    nothing = Found(ollama_url="http://localhost:11434/v1", ollama_models=None, embedded=False)
+    written, _ = write_default_config(paths, found=nothing)
     assert mode(written) == 0o600 and mode(paths.home) == 0o700
-    write_default_config(paths, force=True)
+    write_default_config(paths, force=True, found=nothing)
     assert mode(written) == 0o600
 
 

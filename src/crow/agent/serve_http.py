@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hmac
 import logging
 import secrets
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,10 @@ NO_TOKEN_WARNING = (
 
 class ServeError(Exception):
     """The server cannot start as asked (one line for people)."""
+
+
+class AddressInUse(ServeError):
+    """``--http HOST:PORT`` names a port something already listens on."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,6 +158,20 @@ async def serve_http(
     limits: HttpLimits | None = None,
     setup: Setup | None = None,
 ) -> None:
+    listening = bind(host, port)  # before anything starts: a taken port is one line
+    with contextlib.closing(listening):
+        await _serve_on(listening, config, host, security, limits=limits, setup=setup)
+
+
+async def _serve_on(
+    listening: socket.socket,
+    config: Config,
+    host: str,
+    security: HttpSecurity,
+    *,
+    limits: HttpLimits | None,
+    setup: Setup | None,
+) -> None:
     import uvicorn
 
     from crow.acp.transports.ws_bursts import BurstWebSocketProtocol
@@ -185,7 +205,7 @@ async def serve_http(
         uvicorn.Config(
             app,
             host=host,
-            port=port,
+            port=listening.getsockname()[1],  # the socket is bound already
             log_level="warning",
             log_config=None,  # uvicorn's records go through Crow's handlers (redacted)
             lifespan="on",
@@ -204,12 +224,37 @@ async def serve_http(
         _announce(server, host, security.token, config.paths.run, published)
     )
     try:
-        await server.serve()
+        await server.serve(sockets=[listening])
     finally:
         announce.cancel()
         _unpublish(published)
         await agent.shutdown()
         await agent.store.aclose()
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (uvicorn's options: SO_REUSEADDR).  Raises AddressInUse
+    or ServeError with one line for people, instead of uvicorn's logged error."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise ServeError(f"--http {host}:{port}: cannot resolve {host} ({exc.strerror})") from None
+    listening = socket.socket(family, kind, proto)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listening.bind(address)
+    except OSError as exc:
+        listening.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(
+                f"{host}:{port} is already in use (another crow serve?): stop it, or pick "
+                "another port (--http HOST:0 takes a free one)"
+            ) from None
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    listening.set_inheritable(True)
+    return listening
 
 
 async def _announce(

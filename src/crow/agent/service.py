@@ -43,7 +43,7 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
-from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, VERIFY
+from crow.extensions import FROM, JUDGE_OF, POST_JUDGING, POST_VERDICT, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
@@ -939,6 +939,9 @@ def _info(record: SessionRecord) -> schema.SessionInfo:
         info.title = record.title
     if record.additional_directories:
         info.additional_directories = record.additional_directories
+    judged = record.config.get("judgeOf")
+    if isinstance(judged, str):  # a judge session: crow sessions hides it by default
+        info.meta = {JUDGE_OF: judged}
     return info
 
 

@@ -53,9 +53,14 @@ With --session ID the session's history is replayed first.  Prompts can come
 from a pipe (a line each); permission questions are then refused."""
 SESSIONS_HELP = """crow sessions: list, show (the replayed conversation as text), delete.
 
-crow sessions [list] [--cwd DIR]
+crow sessions [list] [--cwd DIR] [--limit N] [--all] [--json]
 crow sessions show ID
-crow sessions delete ID"""
+crow sessions delete ID
+
+Newest first, in local time; judge sessions (a judge's reasoning about another
+session) only with --all.  ID may be any unique start of a session's id.  Exit
+codes: 0 done, 2 usage (an ambiguous ID), 7 the agent or store cannot be
+reached, 10 no such session (as crow run and crow chat --session)."""
 
 
 def _server_options(parser: argparse.ArgumentParser) -> None:
@@ -110,6 +115,11 @@ def add_sessions_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", default="list", choices=["list", "show", "delete"])
     parser.add_argument("session", nargs="?", help="the session id (show, delete)")
     parser.add_argument("--cwd", help="list only the sessions of this directory")
+    parser.add_argument(
+        "--limit", type=int, help="list the newest N (default: 30; 0: all)", metavar="N"
+    )
+    parser.add_argument("--all", action="store_true", help="list judge sessions too")
+    parser.add_argument("--json", action="store_true", help="list: one JSON object per line")
     parser.add_argument("--command", help="another ACP v2 agent to ask (default: crow serve)")
     _server_options(parser)
 

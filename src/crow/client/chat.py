@@ -34,6 +34,7 @@ from .asking import CANCELLED, _selected, pick
 from .connect import AgentUnavailable, connect
 from .render import TextRenderer, activity, status
 from .screen import ReplyStream, Screen, isatty
+from .session_ids import AmbiguousSession, resolve
 from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, verify_meta
 
 __all__ = ["main"]
@@ -53,6 +54,9 @@ def main(args: argparse.Namespace) -> int:
     except AgentUnavailable as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
+    except AmbiguousSession as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except (AcpError, ConnectionError) as exc:
         if no_such_session(exc, args.session):
             print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
@@ -80,6 +84,7 @@ async def _chat(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         chat.verify = bool(meta)
         if args.session:
+            args.session = await resolve(client, args.session)  # a unique prefix will do
             cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
             chat.note_turn_ends(client)
             session = await client.resume_session(

@@ -15,6 +15,7 @@ import sys
 from collections.abc import Coroutine, Iterator
 from typing import Any, TextIO, cast
 
+from crow import pipes
 from crow.acp import AcpError, ClientSide, Session
 from crow.redact import redact_url
 
@@ -23,6 +24,7 @@ from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
 from .render import JUDGE_AT_WORK, TextRenderer, activity, status
 from .screen import ERASE, ReplyStream, Screen
+from .session_ids import AmbiguousSession, resolve
 from .verifying import (
     NO_KEY,
     Verdicts,
@@ -67,8 +69,14 @@ def main(args: argparse.Namespace) -> int:
     if mode == "refuse" and args.prompt != "-" and sys.stdin.isatty():
         mode = "ask"
     asker = PermissionAsker(mode)
+    opened: dict[str, str] = {}  # the session's id, once there is one
     try:
-        return asyncio.run(_run(args, prompt, asker))
+        code = asyncio.run(_run(args, prompt, asker, opened))
+        _say_the_session(opened, code, json_lines=args.json)
+        return code
+    except AmbiguousSession as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except AgentUnavailable as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
@@ -83,7 +91,20 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_CONNECTION
 
 
-async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) -> int:
+def _say_the_session(opened: dict[str, str], code: int, *, json_lines: bool) -> None:
+    """The session's id, last, so it can be continued: on stderr, and with --json
+    a last line ``{"sessionId", "end": {"stopReason", "exitCode"}}`` too."""
+    if "id" not in opened:
+        return
+    if json_lines:
+        end = {"stopReason": opened.get("stop"), "exitCode": code}
+        print(json.dumps({"sessionId": opened["id"], "end": end}), flush=True)
+    print(f"crow: session {opened['id']} (--session {opened['id']} continues it)", file=sys.stderr)
+
+
+async def _run(
+    args: argparse.Namespace, prompt: str, asker: PermissionAsker, opened: dict[str, str]
+) -> int:
     cwd = os.path.abspath(args.cwd or os.getcwd())
     screen = asker.screen = Screen(sys.stdout, sys.stderr)
     async with contextlib.AsyncExitStack() as stack:
@@ -106,9 +127,11 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
                 print(f"crow: {no_judge(client)}", file=sys.stderr)
                 return EXIT_USAGE
             if args.session:
+                args.session = await resolve(client, args.session)  # a unique prefix will do
                 session = await client.resume_session(args.session, cwd, replay=False, meta=meta)
             else:
                 session = await client.new_session(cwd, meta=meta)
+            opened["id"] = session.id
         verdicts = Verdicts.of_session(session)
         if meta and verdicts.handout is None:
             print(f"crow: {NO_KEY}", file=sys.stderr)
@@ -117,10 +140,12 @@ async def _run(args: argparse.Namespace, prompt: str, asker: PermissionAsker) ->
             client, session, screen, verdicts=verdicts, json_lines=args.json
         )
         judged = VerdictWaiter(session, verdicts)
+        _leave_when_the_reader_goes(session)
         turn = await session.prompt(prompt)
         screen.say("working")
         if await _wait(session, _until_done(session, turn, asker), screen):
             return EXIT_INTERRUPTED
+        opened["stop"] = turn.stop_reason or "end_turn"
         verdict = None
         if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
             if not args.json:
@@ -185,6 +210,33 @@ def _attach_output(
 
     client.on_update(on_update)
     return renderer, shown
+
+
+#: How long a command whose reader went away waits for the turn it cancels to end.
+CANCEL_ON_GONE_S = 2.0
+
+
+def _leave_when_the_reader_goes(session: Session) -> None:
+    """stdout's reader gone (``crow run … | head -1``): cancel the turn, then leave at
+    once with crow.pipes' status, saying nothing (see there)."""
+    loop = asyncio.get_running_loop()
+    leaving: list[asyncio.Task[None]] = []
+
+    async def leave() -> None:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CANCEL_ON_GONE_S):
+                if session.projection.state != "idle":
+                    await session.cancel()
+                    while session.projection.state != "idle":
+                        await session.client.next_update(session.id)
+        sys.stderr.flush()
+        os._exit(pipes.EXIT_READER_GONE)
+
+    def gone() -> None:
+        if not leaving:  # once
+            leaving.append(loop.create_task(leave()))
+
+    pipes.on_gone(gone)
 
 
 @contextlib.contextmanager

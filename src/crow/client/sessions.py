@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from typing import Any
 
-from crow.acp import AcpError, ClientSide, Message, SessionProjection, ToolCall
+from crow.acp import AcpError, ClientSide, Message, SessionNotFound, SessionProjection, ToolCall
+from crow.extensions import JUDGE_OF, TURN_ENDED
 
 from .connect import AgentUnavailable, connect
 from .render import STATUS_MARKS
+from .session_ids import AmbiguousSession, all_sessions, resolve
+from .session_list import Row, show
 from .verifying import Verdicts
 
 __all__ = ["find", "main", "sessions", "transcript"]
 
-EXIT_NOT_FOUND, EXIT_CONNECTION = 1, 7
+EXIT_CONNECTION = 7
+EXIT_NOT_FOUND = 10  # no such session: as crow run --session and crow chat --session
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,6 +35,12 @@ def main(args: argparse.Namespace) -> int:
     except AgentUnavailable as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
+    except AmbiguousSession as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return 2
+    except SessionNotFound:
+        print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
+        return EXIT_NOT_FOUND
     except (AcpError, ConnectionError) as exc:
         print(f"crow: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
         return EXIT_CONNECTION
@@ -38,61 +49,74 @@ def main(args: argparse.Namespace) -> int:
 async def _main(args: argparse.Namespace) -> int:
     async with connect(args.command, url=args.url, token=args.token) as client:
         if args.action == "list":
-            return await _list(client, args.cwd)
-        info = await find(client, args.session)
+            return await _list(client, args)
+        info = await find(client, await resolve(client, args.session))
         if info is None:
-            print(f"crow: no session {args.session}", file=sys.stderr)
-            return EXIT_NOT_FOUND
+            raise SessionNotFound(args.session)
         if args.action == "delete":
             await client.delete_session(info.session_id)
             print(f"deleted {info.session_id}")
             return 0
+        ends = _turn_ends(client)
         session = await client.resume_session(info.session_id, info.cwd, replay=True)
-        sys.stdout.write(transcript(session.projection, Verdicts.of_session(session)))
+        sys.stdout.write(transcript(session.projection, Verdicts.of_session(session), ends))
         await session.close()
         return 0
 
 
-async def sessions(client: ClientSide, cwd: str | None = None) -> list[Any]:
-    """Every session the agent lists (all pages)."""
-    found: list[Any] = []
-    cursor = None
-    while True:
-        page = await client.list_sessions(cwd=cwd, cursor=cursor)
-        found += page.sessions
-        cursor = page.next_cursor if isinstance(page.next_cursor, str) else None
-        if not cursor:
-            return found
+sessions = all_sessions  # every session the agent lists (all pages)
 
 
 async def find(client: ClientSide, session_id: str) -> Any:
     return next((s for s in await sessions(client) if s.session_id == session_id), None)
 
 
-async def _list(client: ClientSide, cwd: str | None) -> int:
+async def _list(client: ClientSide, args: argparse.Namespace) -> int:
+    cwd = os.path.abspath(args.cwd) if args.cwd else None
     rows = [
-        (s.session_id, _value(s.updated_at), s.cwd, _value(s.title))
+        Row(
+            sessionId=str(s.session_id),
+            updatedAt=_value(s.updated_at),
+            cwd=str(s.cwd),
+            title=_value(s.title) or None,
+            judgeOf=_value((s.meta if isinstance(s.meta, dict) else {}).get(JUDGE_OF)) or None,
+        )
         for s in await sessions(client, cwd)
     ]
-    if not rows:
-        print("no sessions", file=sys.stderr)
-        return 0
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    print(f"{'ID':<{widths[0]}}  {'UPDATED':<{widths[1]}}  {'CWD':<{widths[2]}}  TITLE")
-    for row in rows:
-        print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]:<{widths[2]}}  {row[3]}")
-    return 0
+    return show(rows, args)
 
 
 def _value(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def transcript(projection: SessionProjection, verdicts: Verdicts) -> str:
+def _turn_ends(client: ClientSide) -> dict[int, list[str]]:
+    """While a resume replays: where each turn that did not end with ``end_turn``
+    ended (``_crow/turnEnded``), by how many entries came before it."""
+    ends: dict[int, list[str]] = {}
+
+    def on_update(session_id: str, update: Any) -> None:
+        if getattr(update, "session_update", None) == TURN_ENDED:
+            fields = update.model_extra or {}
+            stop, error = str(fields.get("stopReason")), fields.get("error")
+            said = error.get("message") if isinstance(error, dict) else None
+            line = f"[{stop}: {said}]" if stop == "error" and said else f"[{stop}]"
+            at = len(client.projection(session_id).entries)
+            ends.setdefault(at, []).append(line)
+
+    client.on_update(on_update)
+    return ends
+
+
+def transcript(
+    projection: SessionProjection, verdicts: Verdicts, ends: dict[int, list[str]] | None = None
+) -> str:
     """The conversation as plain text, in first-seen order (a verdict is Crow's note
-    only if its proof holds)."""
-    lines: list[str] = []
-    for entry in projection.entries:
+    only if its proof holds), with ``[cancelled]``/``[error: …]`` where ``ends`` says
+    a turn ended so (after that many entries)."""
+    ends = ends or {}
+    lines: list[str] = list(ends.get(0, []))
+    for shown, entry in enumerate(projection.entries, 1):
         if isinstance(entry, Message):
             if entry.role == "user":
                 lines.append(f"you> {entry.text}")
@@ -104,4 +128,7 @@ def transcript(projection: SessionProjection, verdicts: Verdicts) -> str:
                 lines.append(entry.text)
         elif isinstance(entry, ToolCall):
             lines.append(f"{STATUS_MARKS.get(entry.status, '?')} {entry.title or entry.kind}")
+        for end in ends.get(shown, []):  # "[error: X]" after Crow's note saying X: "[error]"
+            said = end.removeprefix("[error: ").removesuffix("]")
+            lines.append("[error]" if end != said and lines and said in lines[-1] else end)
     return "\n".join(lines) + ("\n" if lines else "")

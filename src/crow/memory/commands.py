@@ -59,6 +59,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--scope", default="project", help="for markdown and records without one")
     actions.add_parser("reindex", help="embed every memory again with the current embedder")
     actions.add_parser("stats", help="how many memories, where, and how they are searched")
+    for action in actions.choices.values():  # after the action too: crow memory search Q --json
+        action.add_argument("--cwd", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        action.add_argument(
+            "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON lines"
+        )
 
 
 def main(args: argparse.Namespace) -> int:

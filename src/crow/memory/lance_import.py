@@ -31,6 +31,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -51,7 +52,15 @@ _installed = threading.Lock()
 
 
 def lancedb() -> ModuleType:
-    """The ``lancedb`` module, imported with the REST client's re-exports lazy."""
+    """The ``lancedb`` module, imported with the REST client's re-exports lazy.
+
+    LanceDB warns (a RuntimeWarning) in every child forked after it is imported;
+    uvloop runs fork hooks when it starts a subprocess, so each MCP server and
+    command a session starts would print it on the person's terminal.  Crow's
+    children exec at once and never touch LanceDB: the warning is not theirs."""
+    warnings.filterwarnings(
+        "ignore", message="lancedb fork support is experimental", category=RuntimeWarning
+    )
     with _installed:
         if not any(isinstance(f, _LazyReexports) for f in sys.meta_path):
             sys.meta_path.insert(0, _LazyReexports(LAZY_PACKAGES))

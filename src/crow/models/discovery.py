@@ -166,12 +166,15 @@ def _positive(value: Any) -> int | None:
 def merge(spec: ModelSpec, found: Finding) -> ModelSpec:
     """``spec`` with what ``found`` says, except where config.toml spoke."""
     capabilities, context = spec.capabilities, spec.context_window
+    said: set[str] = set()
     if "capabilities" not in spec.declared and found.capabilities:
         has = {name for name, present in found.capabilities.items() if present}
         lacks = {name for name, present in found.capabilities.items() if not present}
         capabilities = frozenset((capabilities - lacks) | has)
+        said.add("capabilities")
     if "context_window" not in spec.declared and found.context_window:
         context = found.context_window
+        said.add("context_window")
     if not found.source:
         return spec
     log.info(
@@ -182,5 +185,9 @@ def merge(spec: ModelSpec, found: Finding) -> ModelSpec:
         context,
     )
     return dataclasses.replace(
-        spec, capabilities=capabilities, context_window=context, discovered=found.source
+        spec,
+        capabilities=capabilities,
+        context_window=context,
+        discovered=found.source,
+        from_server=frozenset(said),
     )

@@ -2,36 +2,147 @@
 answers now; ``--check [NAME]`` makes a real one-token call and reports its time
 or its exact error.
 
-One line per model in the chain, in order, with its capabilities and context
-window as its server describes them (models.discovery; ``*`` marks figures the
-server gave) or as configured::
+One line per model in the chain, in order, under a header, with its capabilities
+and context window as its server describes them (models.discovery; ``*`` marks
+each figure the server gave, not what config.toml set) or as configured::
 
-    qwen3:8b      ollama guess  http://localhost:11434/v1  tools, reasoning; 40960*  ready
-    smollm2-135m  embedded      (in process)               text only; 8192           ready
+    NAME          FROM          WHERE                      CAN               CONTEXT  STATE
+    qwen3:8b      ollama guess  http://localhost:11434/v1  tools, reasoning*  40960*  ready
+    smollm2-135m  embedded      (in process)               text only           8192  ready
+
+Every line fits ``WIDTH`` columns: a state that does not (an error) goes on the
+lines below its model, indented.  ``--json`` writes one object per model instead.
+Zero config's guess (ollama on localhost, which nobody configured) failing to
+answer fails no ``--check``: the embedded model after it is the one that answers.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
+import json
+import sys
+import textwrap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from ..config import Config, ModelSpec
+from ..config import EMBEDDED_MODEL, Config, ConfigError, ModelSpec, Paths, load_config
 from ..tls import client_context
 
-__all__ = ["check", "describe", "described", "origin", "reachable"]
+__all__ = ["WIDTH", "check", "describe", "described", "main", "origin", "reachable"]
 
 PROBE_TIMEOUT_S = 2.0
+#: The widest line ``crow models`` prints.
+WIDTH = 100
+#: The widest WHERE cell: a longer URL is cut in its middle.
+WHERE_WIDTH = 34
+HEADER = ("NAME", "FROM", "WHERE", "CAN", "CONTEXT", "STATE")
+
+
+async def main(args: argparse.Namespace) -> int:
+    """``crow models [--check [NAME]] [--json]``: exit 0, 1 when a check failed, 2 usage."""
+    try:
+        config = load_config(Paths.from_env(), model=args.model, base_url=args.base_url)
+    except ConfigError as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return 2
+    names = list(config.chain)
+    if args.check and args.check not in config.models:
+        print(f"crow: no model {args.check} (these are: {', '.join(names)})", file=sys.stderr)
+        return 2
+    failed = False
+    rows: list[dict[str, object]] = []
+    async with described(config) as describe_model:
+        for name in names:
+            spec = await describe_model(name)
+            state, ok = await _state(config, spec, checking=args.check in ("", name))
+            failed = failed or ok is False
+            rows.append(_row(config, spec, state, ok))
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+    else:
+        _table(rows)
+        sources = sorted({str(r["serverSource"]) for r in rows if r["serverSaid"]})
+        if sources:
+            print(f"* as the server describes the model ({'; '.join(sources)})")
+    return 1 if failed else 0
+
+
+async def _state(config: Config, spec: ModelSpec, *, checking: bool) -> tuple[str, bool | None]:
+    """What ``crow models`` says of the model now, and whether a check passed
+    (None: not checked, or zero config's guess that nothing answers)."""
+    if not checking:
+        return await reachable(config, spec), None
+    if config.providers[spec.provider].guessed:
+        state = await reachable(config, spec)
+        if state != "ready":
+            return f"{state}: a guess (nothing configured), not checked", None
+    ok, state = await check(config, spec.name)
+    return state, ok
+
+
+def _row(config: Config, spec: ModelSpec, state: str, ok: bool | None) -> dict[str, object]:
+    row: dict[str, object] = {
+        "name": spec.name,
+        "from": origin(config, spec),
+        "where": config.providers[spec.provider].base_url or "(in process)",
+        "capabilities": sorted(spec.capabilities),
+        "contextWindow": spec.context_window,
+        "serverSaid": sorted(spec.from_server),
+        "serverSource": spec.discovered,
+        "state": state,
+    }
+    if ok is not None:
+        row["checked"] = ok
+    return row
+
+
+def _table(rows: list[dict[str, object]]) -> None:
+    cells = [HEADER]
+    for row in rows:
+        said = row["serverSaid"]
+        assert isinstance(said, list)
+        caps = ", ".join(row["capabilities"]) or "text only"  # type: ignore[arg-type]
+        cells.append(
+            (
+                str(row["name"]),
+                str(row["from"]),
+                _cut(str(row["where"]), WHERE_WIDTH),
+                caps + ("*" if "capabilities" in said else ""),
+                f"{row['contextWindow']}" + ("*" if "context_window" in said else ""),
+                str(row["state"]),
+            )
+        )
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    for cell in cells:
+        start = "  ".join(
+            f"{text:>{width}}" if i == 4 else f"{text:<{width}}"
+            for i, (text, width) in enumerate(zip(cell[:5], widths, strict=True))
+        )
+        room = WIDTH - len(start) - 2
+        if len(cell[5]) <= room:
+            print(f"{start}  {cell[5]}".rstrip())
+        else:  # an error: whole, on the lines below
+            print(start.rstrip())
+            print(textwrap.fill(cell[5], WIDTH, initial_indent="    ", subsequent_indent="    "))
+
+
+def _cut(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return f"{text[:half]}…{text[len(text) - (width - 1 - half) :]}"
 
 
 def origin(config: Config, spec: ModelSpec) -> str:
     """Where the model comes from, in a word or two."""
     provider = config.providers[spec.provider]
     if provider.kind == "local":
-        return "embedded" if spec.provider == "embedded" else "local file"
+        return "embedded" if spec.model_id == EMBEDDED_MODEL else "local file"
     if provider.guessed:
         return "ollama guess"
     return "config" if config.paths.config_file.exists() else "environment"
@@ -43,7 +154,7 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
     if provider.kind == "local":
         from .local import embedded_available
 
-        if spec.provider == "embedded":
+        if spec.model_id == EMBEDDED_MODEL:
             return "ready" if embedded_available() else "the local extra is not installed"
         path = Path(spec.model_id)
         return "ready" if path.is_file() else f"no file at {path}"
@@ -72,10 +183,11 @@ async def described(config: Config) -> AsyncIterator[Callable[[str], Awaitable[M
 
 
 def describe(spec: ModelSpec) -> str:
-    """Capabilities and context window; ``*`` after what the server said."""
-    mark = "*" if spec.discovered else ""
+    """Capabilities and context window; ``*`` after each the server said."""
     kinds = ", ".join(sorted(spec.capabilities)) or "text only"
-    return f"{kinds}; {spec.context_window}{mark}"
+    kinds += "*" if "capabilities" in spec.from_server else ""
+    window = f"{spec.context_window}" + ("*" if "context_window" in spec.from_server else "")
+    return f"{kinds}; {window}"
 
 
 async def check(config: Config, name: str) -> tuple[bool, str]:

@@ -27,6 +27,7 @@ __all__ = ["add_arguments", "main"]
 
 EXIT_VERDICT = {"pass": 0, "fail": 1, "unknown": 3}
 EXIT_USAGE, EXIT_CONNECTION = 2, 7
+EXIT_NO_SESSION = 10  # as crow run, chat and sessions say it
 NOT_IN_V1 = (
     "this agent speaks ACP v1, which has no form for following a session's turns or "
     "posting a verdict; judge it with crow proxy judge in front of it instead"
@@ -79,14 +80,13 @@ def main(args: argparse.Namespace) -> int:
             f"crow judge: no model {model} (these are: {', '.join(config.models)})", file=sys.stderr
         )
         return EXIT_USAGE
-    try:
-        return asyncio.run(_judge(args, config, model))
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(_judge(args, config, model))  # Ctrl-C: crow.cli says so, 130
 
 
 async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
+    from crow.acp import AcpError, InvalidParams, SessionNotFound
     from crow.client.connect import AgentUnavailable, connect
+    from crow.client.session_ids import AmbiguousSession, resolve
     from crow.imports import import_off_loop
     from crow.models.router import ModelRouter
 
@@ -98,6 +98,7 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
             if client.v1 is not None:
                 print(f"crow judge: {NOT_IN_V1}", file=sys.stderr)
                 return EXIT_USAGE
+            args.session = await resolve(client, args.session)  # a unique prefix will do
 
             def attached() -> None:
                 print(f"crow judge: watching session {args.session}", file=sys.stderr, flush=True)
@@ -124,9 +125,15 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
     except AgentUnavailable as exc:
         print(f"crow judge: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
-    except LookupError as exc:
+    except (LookupError, AmbiguousSession) as exc:
         print(f"crow judge: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SessionNotFound:
+        print(f"crow judge: no session {args.session} (crow sessions lists them)", file=sys.stderr)
+        return EXIT_NO_SESSION
+    except (AcpError, ConnectionError) as exc:  # refused (another judge), or the server went
+        print(f"crow judge: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, InvalidParams) else EXIT_CONNECTION
     finally:
         await router.aclose()
     return 0

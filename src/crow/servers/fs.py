@@ -369,7 +369,7 @@ def build_server(roots: Roots) -> MCPServer:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m crow.servers.fs",
+        prog="crow mcp fs",
         description="Crow's filesystem MCP server over stdio.",
     )
     parser.add_argument(

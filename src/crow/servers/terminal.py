@@ -204,7 +204,7 @@ def build_server(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m crow.servers.terminal",
+        prog="crow mcp terminal",
         description="Crow's terminal MCP server over stdio.",
     )
     parser.add_argument(

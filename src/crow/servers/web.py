@@ -611,7 +611,7 @@ def build_server(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m crow.servers.web",
+        prog="crow mcp web",
         description="Crow's web MCP server (tools: search, fetch), over stdio.",
     )
     parser.add_argument(

@@ -63,6 +63,7 @@ __all__ = [
     "database_errors",
     "is_postgres_url",
     "open_store",
+    "probe",
 ]
 
 #: How long a call waits for another process's lock before failing: bounded, so
@@ -625,6 +626,32 @@ def _decode_cursor(cursor: str) -> tuple[str, str]:
     raise StoreError("Invalid cursor: pass back a nextCursor from session/list")
 
 
+def probe(url: str) -> None:
+    """Connect to the PostgreSQL store at ``url`` and leave; StoreError (one line
+    naming it, password masked, and what to do) if that fails."""
+    psycopg = _psycopg()
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
+    except psycopg.Error as exc:
+        raise StoreError(_unreachable(url, exc)) from exc
+
+
+def _unreachable(url: str, exc: BaseException) -> str:
+    """Why the store at ``url`` cannot be opened, in one line, with what to do."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+    except ValueError:
+        where = "its host"
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"cannot reach the PostgreSQL session store at {where} ({redact_url(url)}): {said}; "
+        "start it, or change [store] url in config.toml (CROW_STORE_URL overrides it)"
+    )
+
+
 class PostgresStore(Store):
     """The store on a PostgreSQL server: ``Store``'s SQL over one psycopg connection."""
 
@@ -637,7 +664,7 @@ class PostgresStore(Store):
         try:
             connection = _PostgresConnection(url)
         except database_errors() as exc:
-            raise StoreError(f"cannot open the session store {redact_url(url)}: {exc}") from exc
+            raise StoreError(_unreachable(url, exc)) from exc
         try:
             migrate_postgres(connection.conn)
         except BaseException as exc:

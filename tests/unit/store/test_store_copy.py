@@ -76,5 +76,5 @@ def test_the_command_copies_and_migrates(tmp_path, postgres_url):
         text=True,
         timeout=60,
     )
-    assert bad.returncode == 2 and bad.stderr.startswith("crow store: cannot open")
+    assert bad.returncode == 2 and bad.stderr.startswith("crow store: cannot reach")
     assert ":pw@" not in bad.stderr
