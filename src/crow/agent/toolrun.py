@@ -26,6 +26,7 @@ from crow.tools.permissions import OPTIONS
 from crow.tools.surface import ToolCallView
 
 from .asking import Question
+from .preview import fs_diff
 
 if TYPE_CHECKING:
     from .session import LiveSession
@@ -159,6 +160,14 @@ class ToolRunner:
         ``once``: offer only "allow once" and "reject"."""
         session = self.session
         request = _request(session.id, view, tool, args, once=once)
+        subject = request.subject
+        if isinstance(subject, schema.ToolCallPermissionSubject):
+            extra = session.tool_setup[1] if session.tool_setup else ()
+            diff = await fs_diff(tool.server, tool.name, args, session.record.cwd, extra)
+            if diff is not None:  # what the person is asked to allow
+                subject.tool_call.content = [
+                    schema.adapter(schema.ToolCallContent).validate_python(diff)
+                ]
         if description is not None:
             request.description = description
         question = Question(request)
@@ -186,7 +195,9 @@ def _request(
     session_id: str, view: ToolCallView, tool: ToolInfo, args: dict[str, Any], *, once: bool
 ) -> schema.RequestPermissionRequest:
     subject: Any = schema.ToolCallPermissionSubject(
-        tool_call=schema.ToolCallUpdate(tool_call_id=view.id, title=view.title, kind=tool.kind)
+        tool_call=schema.ToolCallUpdate(
+            tool_call_id=view.id, title=view.title, kind=tool.kind, raw_input=args
+        )
     )
     command = args.get("command")
     if tool.permission_kind == "execute" and isinstance(command, str):
