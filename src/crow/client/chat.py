@@ -246,6 +246,9 @@ class Chat:
                 return  # the reconnecting status stays
             if follow.busy:
                 self.sink.say(follow.status or "working", HINT)
+            elif follow.status is None and follow.background:
+                names = ", ".join(follow.background)
+                self.sink.say(f"{len(follow.background)} running in the background: {names}")
             else:
                 self.sink.say(follow.status)
         elif follow.busy or follow.status:

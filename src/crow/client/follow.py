@@ -110,6 +110,9 @@ class Follow:
         self.queue: list[dict[str, Any]] = []  # the agent's held prompts, in order
         self.end_shown = True  # how the latest turn ended was said (or it ran well)
         self.status: str | None = None  # what the busy session does now
+        #: Work going on outside the turns, as the agent's latest ``state_update``
+        #: listed it ([T] ``background``; an agent that does not report it: empty).
+        self.background: list[str] = []
 
     def attach(self, session: Session) -> None:
         """Follow ``session`` (again, after a reconnect: the same projection)."""
@@ -188,6 +191,9 @@ class Follow:
     def _state(self, update: Any) -> None:
         assert self.session is not None and self.renderer is not None
         state = update.state
+        listed = getattr(update, "background", schema.UNSET)
+        if listed is None or isinstance(listed, list):
+            self.background = [self._background_label(item) for item in listed or []]
         if state != "idle":
             self.end_shown = False
             for message in list(self.session.projection.messages.values()):
@@ -208,6 +214,21 @@ class Follow:
         if stop not in (schema.UNSET, None) and said and not self.end_shown:
             self.line(self.paint("note", said))  # an agent without _crow/turnEnded
         self.end_shown = True
+
+    def _background_label(self, item: Any) -> str:
+        """What a ``background`` item is, for people: a tool call's title, a
+        terminal's command."""
+        assert self.session is not None
+        projection = self.session.projection
+        kind = getattr(item, "type", None)
+        if kind == "tool_call":
+            call = projection.tool_calls.get(item.tool_call_id)
+            return (call.title if call else None) or "a tool call"
+        if kind == "terminal":
+            terminal = projection.terminals.get(item.terminal_id)
+            command = terminal.fields.get("command") if terminal else None
+            return str(command) if command else "a terminal"
+        return str(kind or "work")
 
     def _queue(self, update: Any) -> None:
         prompts = (update.model_extra or {}).get("prompts")
