@@ -150,12 +150,18 @@ def test_alt_enter_steers_a_prompt_into_the_running_turn(served, attach, scripte
     assert user_text(scripted_model.requests[1]) == "use Rust instead"
 
 
-def test_slash_steer_steers_and_queue_lists_and_withdraws(served, attach, scripted_model):
-    scripted_model.script(Hang(), Text(text="steered in"))
+def busy_chat(served: HttpServer, attach: Any, scripted_model: Any) -> Terminal:
+    """A chat whose first prompt's model call hangs (until cancelled)."""
+    scripted_model.script(Hang(), Text(text="asked again"))
     chat = attach(served.url)
     session_of(chat)
-    chat.send("hang on\r")
+    chat.send("never answered\r")
     scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    return chat
+
+
+def test_slash_steer_steers_and_queue_lists_and_withdraws(served, attach, scripted_model):
+    chat = busy_chat(served, attach, scripted_model)
     chat.send("keep this one\r")
     chat.send("drop this one\r")
     on_screen(chat, "queued (2)")
@@ -178,11 +184,7 @@ def test_slash_steer_steers_and_queue_lists_and_withdraws(served, attach, script
 def test_ctrl_c_cancels_and_the_held_prompts_come_back_to_the_history(
     served, attach, scripted_model
 ):
-    scripted_model.script(Hang(), Text(text="asked again"))
-    chat = attach(served.url)
-    session_of(chat)
-    chat.send("never answered\r")
-    scripted_model.wait_for_requests(1, timeout=TIMEOUT)
+    chat = busy_chat(served, attach, scripted_model)
     chat.send("held back\r")
     on_screen(chat, "queued (1)")
     chat.send("\x03")

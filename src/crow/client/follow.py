@@ -26,6 +26,7 @@ from crow.extensions import FROM, QUEUE, TURN_ENDED
 
 from .paint import Paint
 from .render import TextRenderer, activity, status, tool_line
+from .screen import ReplyStream
 from .verifying import Verdicts
 
 __all__ = ["HINT", "Follow", "Sent", "ending", "who_said"]
@@ -79,20 +80,6 @@ def ending(stop: str, error: Any) -> str | None:
     return f"[{stop}]"
 
 
-class _ToSink:
-    """A file-like for ``TextRenderer``: the sink's reply side."""
-
-    def __init__(self, sink: Sink) -> None:
-        self.sink = sink
-
-    def write(self, text: str) -> int:
-        self.sink.write(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
 class Follow:
     """Shows one session's updates on ``sink``; ``show_mine``: your own prompts too
     (a terminal erased them from the input line; a pipe has them in its input)."""
@@ -119,7 +106,7 @@ class Follow:
         self.session = session
         if self.renderer is None or self.renderer.projection is not session.projection:
             self.renderer = TextRenderer(
-                session.projection, cast(TextIO, _ToSink(self.sink)), self.verdicts
+                session.projection, cast(TextIO, ReplyStream(self.sink)), self.verdicts
             )
             for message in session.projection.messages.values():  # replayed: shown
                 self.shown.add(message.message_id)

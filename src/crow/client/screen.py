@@ -150,9 +150,10 @@ class Screen:
 
 
 class ReplyStream:
-    """A file-like for ``TextRenderer``: the screen's stdout side."""
+    """A file-like for ``TextRenderer``: the reply side of a screen (or of anything
+    with a ``write``, as crow chat's console)."""
 
-    def __init__(self, screen: Screen) -> None:
+    def __init__(self, screen: Any) -> None:
         self.screen = screen
 
     def write(self, text: str) -> int:
