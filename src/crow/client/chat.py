@@ -29,7 +29,7 @@ import sys
 from typing import Any
 
 from crow.acp import AcpError, ClientSide, Message, RequestCancelled, Session, ToolCall, schema
-from crow.extensions import INSERT, TURN_ENDED
+from crow.extensions import INSERT, QUEUE, TURN_ENDED
 
 from .args import no_such_session, usage_problem
 from .asking import CANCELLED
@@ -171,6 +171,8 @@ class Chat:
     # ---- the history a resume replays ----------------------------------------------
     def on_update(self, session_id: str, update: Any) -> None:
         if self.replaying:
+            if getattr(update, "session_update", None) == QUEUE:
+                self.follow.update_queue(update)  # the queue as it is (after the replay)
             if getattr(update, "session_update", None) == TURN_ENDED:
                 fields = update.model_extra or {}
                 said = ending(str(fields.get("stopReason")), fields.get("error"))
@@ -221,15 +223,11 @@ class Chat:
         if message.role == "thought":
             update: Any = schema.AgentThought(message_id=message.message_id)
             note = activity(projection, update, verdicts)
-            return self.paint("note", note) if note else None
+            return self.paint.mark(note) if note else None
         if verdicts.is_note(message):
             update = schema.AgentMessage(message_id=message.message_id, meta=message.meta)
             note = activity(projection, update, verdicts)
-            return (
-                (self.paint.mark(note) if note[:1] in "✓✗" else self.paint("note", note))
-                if note
-                else None
-            )
+            return self.paint.mark(note) if note else None
         if message.text:
             self.sink.write(message.text if message.text.endswith("\n") else message.text + "\n")
         return None

@@ -135,7 +135,7 @@ class Follow:
         elif kind == "state_update":
             self._state(update)
         elif kind == QUEUE:
-            self._queue(update)
+            self.update_queue(update)
         elif kind == TURN_ENDED:
             fields = update.model_extra or {}
             said = ending(str(fields.get("stopReason")), fields.get("error"))
@@ -217,7 +217,8 @@ class Follow:
             return str(command) if command else "a terminal"
         return str(kind or "work")
 
-    def _queue(self, update: Any) -> None:
+    def update_queue(self, update: Any) -> None:
+        """The agent's held prompts now (``_crow/queue``)."""
         prompts = (update.model_extra or {}).get("prompts")
         self.queue = (
             [p for p in prompts if isinstance(p, dict)] if isinstance(prompts, list) else []
@@ -238,4 +239,4 @@ class Follow:
             self.sink.show_tool(update.tool_call_id, None)
         note = activity(projection, update, self.verdicts)
         if note:
-            self.line(self.paint.mark(note) if note[:1] in "✓✗→·⊘…" else self.paint("note", note))
+            self.line(self.paint.mark(note))

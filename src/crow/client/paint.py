@@ -32,6 +32,9 @@ ROLES = {
     "diff@": "36",
 }
 
+#: The role of an activity line by its first character.
+MARKS = {"✓": "ok", "✗": "fail", "→": "busy", "·": "busy", "⊘": "note", "…": "note"}
+
 
 def wants_colour(stream: Any, *, no_color: bool = False) -> bool:
     """Colour for ``stream``: a terminal, and nobody said no."""
@@ -54,6 +57,6 @@ class Paint:
         return "\n".join(f"\x1b[{code}m{line}{RESET}" if line else "" for line in text.split("\n"))
 
     def mark(self, line: str) -> str:
-        """A status line's colour from its first character (✓ ✗ → ? …)."""
-        role = {"✓": "ok", "✗": "fail", "→": "busy", "·": "busy", "⊘": "note", "…": "note"}
-        return self(role.get(line[:1], ""), line) if line else line
+        """An activity line's colour from its mark (``✓`` done, ``✗`` failed, ``→``
+        running…); a line without one (a note, a thought) is dim."""
+        return self(MARKS.get(line[:1], "note"), line) if line else line

@@ -274,7 +274,7 @@ def _attach_output(
             screen.show_tool(update.tool_call_id, None)
         note = activity(session.projection, update, verdicts)
         if note:
-            screen.line(paint.mark(note) if note[:1] in "✓✗→·⊘…?" else paint("note", note))
+            screen.line(paint.mark(note))
             shown.append(note)
 
     client.on_update(on_update)
