@@ -300,17 +300,19 @@ def test_crow_run_url_says_how_to_resume_when_the_server_goes(crow_home, scripte
     write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n", timeout_s=60)
     scripted_model.script(Hang())
     server = HttpServer()
+    run = subprocess.Popen(
+        [sys.executable, "-m", "crow", "run", "--url", server.url, "wait for it"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
-        run = subprocess.Popen(
-            [sys.executable, "-m", "crow", "run", "--url", server.url, "wait for it"],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
         scripted_model.wait_for_requests(1, timeout=TIMEOUT)
         server.process.kill()
         _, err = run.communicate(timeout=60)
     finally:
+        run.kill()
+        run.communicate()
         server.stop()
     assert run.returncode == 7, err
     [line] = [line for line in err.splitlines() if "crow chat" in line]

@@ -165,9 +165,10 @@ class ToolRunner:
             extra = session.tool_setup[1] if session.tool_setup else ()
             diff = await fs_diff(tool.server, tool.name, args, session.record.cwd, extra)
             if diff is not None:  # what the person is asked to allow
-                subject.tool_call.content = [
-                    schema.adapter(schema.ToolCallContent).validate_python(diff)
-                ]
+                content = schema.adapter(schema.ToolCallContent).validate_python(diff)
+                subject.tool_call.content = [content]
+            else:  # the command, the URL: as the call will get them
+                subject.tool_call.raw_input = args
         if description is not None:
             request.description = description
         question = Question(request)
@@ -195,9 +196,7 @@ def _request(
     session_id: str, view: ToolCallView, tool: ToolInfo, args: dict[str, Any], *, once: bool
 ) -> schema.RequestPermissionRequest:
     subject: Any = schema.ToolCallPermissionSubject(
-        tool_call=schema.ToolCallUpdate(
-            tool_call_id=view.id, title=view.title, kind=tool.kind, raw_input=args
-        )
+        tool_call=schema.ToolCallUpdate(tool_call_id=view.id, title=view.title, kind=tool.kind)
     )
     command = args.get("command")
     if tool.permission_kind == "execute" and isinstance(command, str):
