@@ -28,18 +28,17 @@ import signal
 import sys
 from typing import Any
 
-from crow.acp import AcpError, ClientSide, Message, RequestCancelled, Session, ToolCall, schema
+from crow.acp import AcpError, ClientSide, RequestCancelled, Session, schema
 from crow.extensions import INSERT, QUEUE, TURN_ENDED
 
 from .args import no_such_session, usage_problem
 from .asking import CANCELLED
 from .connect import AgentUnavailable
 from .console import Console
-from .follow import HINT, Follow, Sent, ending, prompt_text, who_said
+from .follow import HINT, Follow, Sent, ending
 from .link import Link
 from .paint import Paint, wants_colour
 from .prompt_line import PromptLine
-from .render import activity
 from .screen import Screen, isatty
 from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, verify_meta
 
@@ -144,7 +143,7 @@ class Chat:
             print(f"crow: {NO_KEY}", file=sys.stderr)
             return EXIT_USAGE
         if args.session:
-            self.replay(session)
+            self.follow.replay(session, self.turn_ends)
         self.attach(session)
         self.say(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
         watching = asyncio.create_task(self.watch_connection())
@@ -187,50 +186,6 @@ class Chat:
         if was_busy and not self.follow.busy:
             self.presses = 0
         self.show_status()
-
-    def replay(self, session: Session) -> None:
-        """Print the history a resume with replay rebuilt in the projection, and
-        ``[cancelled]``/``[error: …]`` where a turn ended so."""
-        projection = session.projection
-        verdicts = self.follow.verdicts
-        ends: dict[int, list[str]] = {}
-        for at, text in self.turn_ends:
-            ends.setdefault(at, []).append(text)
-        for text in ends.get(0, []):
-            self.say(text, "note")
-        for shown, entry in enumerate(projection.entries, 1):
-            note: str | None = None
-            if isinstance(entry, Message):
-                note = self._replayed(session, entry)
-            elif isinstance(entry, ToolCall):
-                update = schema.ToolCallUpdateVariant(
-                    tool_call_id=entry.tool_call_id,
-                    status=entry.status,
-                    raw_output=entry.fields.get("raw_output", schema.UNSET),
-                )
-                note = activity(projection, update, verdicts)
-                note = self.paint.mark(note) if note else None
-            if note:
-                self.say(note)
-            for text in ends.get(shown, []):
-                self.say(text, "note")
-
-    def _replayed(self, session: Session, message: Message) -> str | None:
-        projection, verdicts = session.projection, self.follow.verdicts
-        if message.role == "user":
-            role = who_said(message, mine=True)  # earlier chats' prompts: yours
-            return self.paint(role, prompt_text(role, message.text))
-        if message.role == "thought":
-            update: Any = schema.AgentThought(message_id=message.message_id)
-            note = activity(projection, update, verdicts)
-            return self.paint.mark(note) if note else None
-        if verdicts.is_note(message):
-            update = schema.AgentMessage(message_id=message.message_id, meta=message.meta)
-            note = activity(projection, update, verdicts)
-            return self.paint.mark(note) if note else None
-        if message.text:
-            self.sink.write(message.text if message.text.endswith("\n") else message.text + "\n")
-        return None
 
     # ---- what the status line says ---------------------------------------------------
     def show_status(self) -> None:

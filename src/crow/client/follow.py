@@ -21,7 +21,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, cast
 
-from crow.acp import Message, Session, schema
+from crow.acp import Message, Session, ToolCall, schema
 from crow.extensions import FROM, QUEUE, TURN_ENDED
 
 from .paint import Paint
@@ -122,6 +122,51 @@ class Follow:
         if self.renderer is not None:
             self.renderer.finish()
         self.sink.line(text)
+
+    # ---- the history a resume replays --------------------------------------------------
+    def replay(self, session: Session, turn_ends: list[tuple[int, str]]) -> None:
+        """Print the history a resume with replay rebuilt in the projection, and
+        ``[cancelled]``/``[error: …]`` where a turn ended so (``turn_ends``: after
+        how many entries, and the line)."""
+        projection = session.projection
+        ends: dict[int, list[str]] = {}
+        for at, text in turn_ends:
+            ends.setdefault(at, []).append(text)
+        for text in ends.get(0, []):
+            self.sink.line(self.paint("note", text))
+        for shown, entry in enumerate(projection.entries, 1):
+            note: str | None = None
+            if isinstance(entry, Message):
+                note = self._replayed(session, entry)
+            elif isinstance(entry, ToolCall):
+                update = schema.ToolCallUpdateVariant(
+                    tool_call_id=entry.tool_call_id,
+                    status=entry.status,
+                    raw_output=entry.fields.get("raw_output", schema.UNSET),
+                )
+                note = activity(projection, update, self.verdicts)
+                note = self.paint.mark(note) if note else None
+            if note:
+                self.sink.line(note)
+            for text in ends.get(shown, []):
+                self.sink.line(self.paint("note", text))
+
+    def _replayed(self, session: Session, message: Message) -> str | None:
+        projection, verdicts = session.projection, self.verdicts
+        if message.role == "user":
+            role = who_said(message, mine=True)  # earlier chats' prompts: yours
+            return self.paint(role, prompt_text(role, message.text))
+        if message.role == "thought":
+            update: Any = schema.AgentThought(message_id=message.message_id)
+            note = activity(projection, update, verdicts)
+            return self.paint.mark(note) if note else None
+        if verdicts.is_note(message):
+            update = schema.AgentMessage(message_id=message.message_id, meta=message.meta)
+            note = activity(projection, update, verdicts)
+            return self.paint.mark(note) if note else None
+        if message.text:
+            self.sink.write(message.text if message.text.endswith("\n") else message.text + "\n")
+        return None
 
     # ---- updates --------------------------------------------------------------------
     def update(self, update: Any) -> None:
