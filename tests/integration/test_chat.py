@@ -297,3 +297,82 @@ def test_chat_attaches_to_a_running_server_with_url(crow_home, scripted_model):
     finally:
         child.close(force=True)
         server.stop()
+
+
+# ---- what a question shows, colours, and the chat's own commands ------------------------
+
+
+def test_a_write_question_shows_the_diff_cut_after_a_few_lines(chat, scripted_model, tmp_path):
+    body = "".join(f"line {n}\n" for n in range(20))
+    scripted_model.script(
+        ToolCalls(calls=[("fs__write", {"path": "notes.txt", "content": body})]),
+        Text(text="written"),
+    )
+    child = chat(extra='[tools]\nbuiltin = ["fs"]\n')
+    prompt(child)
+    child.send("write notes\r")
+    see(child, "? Allow Write notes.txt?", str(tmp_path / "notes.txt"), "(a new file)")
+    see(child, "+line 0", "+line 5", "… 14 more lines", "1) Allow once", "choose 1-")
+    assert not (tmp_path / "notes.txt").exists()  # asked before, not after
+    child.send("1\r")
+    see(child, "✓ Write notes.txt", "written")
+    assert (tmp_path / "notes.txt").read_text() == body
+
+
+def test_ctrl_c_at_a_question_cancels_the_turn_and_asks_no_more(chat, scripted_model):
+    child = asked_to_write(chat, scripted_model)
+    child.send("\x03")
+    see(child, "cancelling", "[cancelled]")
+    prompt(child)
+    assert "choose 1-" not in child.before  # the question is gone, not asked again
+    assert len(scripted_model.requests) == 1
+
+
+def test_colours_on_a_terminal_unless_no_color(crow_home, scripted_model, tmp_path):
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.set_default(Text(text="plain reply"))
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    env.update(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    terminals = Terminals(env, tmp_path, TIMEOUT)
+    try:
+        coloured = terminals.start("chat", dimensions=(40, 120))
+        prompt(coloured)
+        coloured.send("/title a new name\r")
+        coloured.expect(re.escape("\x1b[2mcrow: Renamed this session: a new name"), TIMEOUT)
+        plain = terminals.start("chat", "--no-color", dimensions=(40, 120))
+        prompt(plain)
+        plain.send("/title another name\r")
+        see(plain, "Renamed this session: another name")
+        assert "\x1b[2m" not in plain.before and "\x1b[1;" not in plain.before
+    finally:
+        terminals.close()
+
+
+def test_help_lists_every_command_and_title_confirms(chat, scripted_model):
+    child = chat()
+    prompt(child)
+    child.send("/help\r")
+    see(child, "Commands:", "/model", "/title", "/steer <text>", "/queue [drop [N]]")
+    see(child, "/exit", "/quit")
+    prompt(child)
+    child.send("/title my work\r")
+    see(child, "Renamed this session: my work")
+    assert scripted_model.requests == []
+
+
+def test_model_names_the_model_that_actually_answers(chat, scripted_model):
+    from fakemodel import Error
+
+    scripted_model.script(Error(status=400, message="no such model"), Text(text="from backup"))
+    child = chat(
+        models={"main": {"id": "big-1"}, "backup": {"id": "small-2"}},
+        fallback=["backup"],
+        retry_attempts=1,
+    )
+    prompt(child)
+    child.send("hello\r")
+    see(child, "from backup")
+    prompt(child)
+    child.send("/model\r")
+    see(child, "Model: main (big-1 at ", "If it fails: backup (small-2 at ")
+    see(child, "The latest reply came from backup (small-2 at ", "main did not answer")

@@ -115,3 +115,63 @@ def test_crow_serve_from_a_pipe_says_nothing(crow_home: Path) -> None:
     command = [sys.executable, "-m", "crow", "serve"]
     done = subprocess.run(command, input="", capture_output=True, text=True, timeout=30)
     assert done.returncode == 0 and done.stdout == "" and "crow chat" not in done.stderr
+
+
+def probe_terminals(crow_home: Path, scripted_model: Any, tmp_path: Path, **env: str) -> Terminals:
+    from test_serve_tools import probe_config
+
+    write_config(crow_home, scripted_model.base_url, extra=probe_config())
+    return Terminals({**os.environ, "CROW_HOME": str(crow_home), **env}, tmp_path, TIMEOUT)
+
+
+def test_ctrl_c_at_a_permission_question_cancels_the_turn_and_leaves(
+    crow_home, scripted_model, tmp_path
+):
+    from fakemodel import ToolCalls
+
+    scripted_model.script(ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]))
+    terminals = probe_terminals(crow_home, scripted_model, tmp_path, TERM="dumb", NO_COLOR="1")
+    try:
+        child = terminals.start("run", "write a.txt")
+        child.expect("choose 1-")
+        child.sendintr()
+        child.expect("cancelling")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 5, child.before
+        assert "choose 1-" not in child.before  # not asked again
+        assert not (tmp_path / "a.txt").exists()
+    finally:
+        terminals.close()
+
+
+def test_a_tool_call_is_one_line_in_place_on_a_terminal_and_three_when_piped(
+    crow_home, scripted_model, tmp_path
+):
+    from fakemodel import ToolCalls
+
+    calls = ToolCalls(calls=[("probe__echo", {"text": "x"})])
+    scripted_model.script(calls, Text(text="done"), calls, Text(text="done"))
+    terminals = probe_terminals(crow_home, scripted_model, tmp_path, TERM="xterm")
+    terminals.env.pop("NO_COLOR", None)
+    try:
+        child = terminals.start("run", "look")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        shown = child.before
+    finally:
+        terminals.close()
+    assert "\x1b[32m✓ probe: echo\x1b[0m" in shown  # coloured on a terminal
+    assert "→ probe: echo" not in shown and "· probe: echo" not in shown
+    piped = subprocess.run(
+        [sys.executable, "-m", "crow", "run", "look"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+    )
+    assert piped.returncode == 0, piped.stderr
+    lines = [line for line in piped.stderr.splitlines() if "probe: echo" in line]
+    assert lines == ["· probe: echo", "→ probe: echo", "✓ probe: echo"]  # plain

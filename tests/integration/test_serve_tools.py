@@ -113,6 +113,32 @@ def test_an_edit_asks_first_and_reports_a_structured_diff(crow, scripted_model):
     assert final["locations"] == [{"path": "/tmp/probe/a.txt", "line": 1}]
 
 
+def test_an_fs_edit_is_asked_with_the_diff_it_would_make(crow, scripted_model, tmp_path):
+    """The question shows what will happen (issue #30): the edit is worked out first,
+    nothing is written before the answer, and a call that has no diff (a probe's
+    touch) carries its arguments instead."""
+    target = tmp_path / "notes.txt"
+    target.write_text("alpha\nbeta\ngamma\n")
+    edit = ("fs__edit", {"path": "notes.txt", "old_text": "beta", "new_text": "BETA"})
+    touch = ("probe__touch", {"path": "other.txt"})
+    scripted_model.script(ToolCalls(calls=[edit]), Text(text="done"), ToolCalls(calls=[touch]))
+    agent = crow(extra=probe_config(builtin='["fs"]'))
+    sid = agent.new_session(str(tmp_path))
+    agent.prompt(sid, "edit it")
+    request = until_request(agent, "session/request_permission")[-1]
+    asked = request["params"]["subject"]
+    [diff] = asked["toolCall"]["content"]
+    assert diff["type"] == "diff" and diff["changes"][0]["path"] == str(target)
+    assert "-beta\n+BETA\n" in diff["patch"]["text"]
+    assert target.read_text() == "alpha\nbeta\ngamma\n"  # asked before, not after
+    answer(agent, request, selected("reject_once"))
+    agent.until_update(is_idle)
+    agent.prompt(sid, "touch it")
+    asked = until_request(agent, "session/request_permission")[-1]["params"]["subject"]
+    assert asked["toolCall"]["rawInput"] == {"path": "other.txt"}
+    assert "content" not in asked["toolCall"]
+
+
 def test_allow_always_is_not_asked_again(crow, scripted_model):
     call = ToolCalls(calls=[("probe__touch", {"path": "b.txt"})])
     scripted_model.script(call, Text(text="one"), call, Text(text="two"))

@@ -228,7 +228,7 @@ def test_an_older_open_log_is_tightened(paths, root_logging):
 
 
 def test_the_chat_history_is_private(crow_home):
-    from crow.client.chat import _history
+    from crow.client.prompt_line import _history
 
     _history()
     assert mode(crow_home) == 0o700 and mode(crow_home / "history") == 0o600

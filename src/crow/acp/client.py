@@ -235,15 +235,38 @@ class ClientSide:
         with contextlib.suppress(ResourceNotFound):
             await self.call("session/delete", schema.DeleteSessionRequest(session_id=session_id))
 
-    async def prompt(self, session_id: str, blocks: Sequence[Any]) -> tuple[Any, Turn]:
-        """Send a prompt; returns the acknowledgement and the Turn to wait on."""
-        turn = self.projection(session_id).begin_turn()
+    async def prompt(
+        self,
+        session_id: str,
+        blocks: Sequence[Any],
+        *,
+        meta: dict[str, Any] | None = None,
+        withdraw: asyncio.Event | None = None,
+    ) -> tuple[Any, Turn]:
+        """Send a prompt; returns the acknowledgement and the Turn to wait on.
+
+        On a busy session the agent may hold the prompt ([T], §6.1): this returns once
+        it is inserted.  Setting ``withdraw`` asks the agent to drop it while held
+        (``$/cancel_request``); RequestCancelled is raised if it did, and the answer
+        is returned as usual if it was inserted first."""
+        projection = self.projection(session_id)
+        turn = projection.begin_turn()
         request = schema.PromptRequest(session_id=session_id, prompt=list(blocks))
+        if meta:
+            request.meta = meta
         try:
-            response = await self.call("session/prompt", request)
+            if withdraw is not None and self.v1 is None:
+                result = await self.peer.request(
+                    "session/prompt", request.to_wire(), withdraw=withdraw
+                )
+                response = schema.PromptResponse.model_validate(result)
+            else:
+                response = await self.call("session/prompt", request)
         except BaseException:
-            self.projection(session_id).turns.remove(turn)  # nothing was inserted
+            projection.forget_turn(turn)  # nothing was inserted
             raise
+        message_id = getattr(response, "message_id", None)
+        projection.acknowledge(turn, message_id if isinstance(message_id, str) else None)
         return response, turn
 
     async def cancel(self, session_id: str) -> None:
@@ -435,10 +458,16 @@ class Session:
         self.projection = client.projection(session_id)
         self.last_prompt_response: Any = None  # the acknowledgement of the latest prompt
 
-    async def prompt(self, *content: str | Any) -> Turn:
-        """Send a prompt of text and/or ContentBlock models; returns its Turn."""
+    async def prompt(
+        self,
+        *content: str | Any,
+        meta: dict[str, Any] | None = None,
+        withdraw: asyncio.Event | None = None,
+    ) -> Turn:
+        """Send a prompt of text and/or ContentBlock models; returns its Turn once the
+        prompt is inserted (see ``ClientSide.prompt``)."""
         blocks = [schema.TextContent(text=c) if isinstance(c, str) else c for c in content]
-        response, turn = await self.client.prompt(self.id, blocks)
+        response, turn = await self.client.prompt(self.id, blocks, meta=meta, withdraw=withdraw)
         self.last_prompt_response = response
         return turn
 

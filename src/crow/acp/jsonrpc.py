@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from .connection import (
+    CANCEL_REQUEST,
     Batch,
     CancelRequest,
     Connection,
@@ -155,6 +156,7 @@ class Peer:
         params: dict[str, Any] | None = None,
         *,
         envelope: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        withdraw: asyncio.Event | None = None,
     ) -> Any:
         """Send a request and wait for its result.
 
@@ -162,7 +164,9 @@ class Peer:
         ``ConnectionClosed`` if the connection ends first.  Cancelling the
         caller withdraws the request with ``$/cancel_request``, passed through
         ``envelope`` if given (a proxy wraps the withdrawal of a request it
-        wrapped, PROXY-CHAINS.md §6).
+        wrapped, PROXY-CHAINS.md §6).  Setting ``withdraw`` sends that
+        ``$/cancel_request`` too, but keeps waiting for the answer: the peer says
+        whether it gave up (-32800) or had already done it.
         """
         if self._closed or self._input_ended:
             raise ConnectionClosed(f"cannot send {method}: the connection is closed")
@@ -171,6 +175,15 @@ class Peer:
         future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._waiting[key] = future
         self._enqueue(message)
+        asking: asyncio.Task[Any] | None = None
+        if withdraw is not None:
+
+            async def ask_to_withdraw() -> None:
+                await withdraw.wait()
+                if not future.done() and not self._closed:
+                    self._enqueue(self.connection.notification(CANCEL_REQUEST, {"requestId": rid}))
+
+            asking = asyncio.create_task(ask_to_withdraw(), name="acp-withdraw")
         try:
             response = await future
         except asyncio.CancelledError:
@@ -179,6 +192,9 @@ class Peer:
             if cancel is not None and not self._closed:
                 self._enqueue(envelope(cancel) if envelope else cancel)
             raise
+        finally:
+            if asking is not None:
+                asking.cancel()
         if response.error is not None:
             raise AcpError.from_error(response.error)
         return response.result

@@ -14,7 +14,13 @@ Every client in Crow renders through this one class.  ``apply`` folds one
 
 ``Turn`` does completion detection (§7.2): after a prompt is sent, an ``idle``
 seen before ``running``/``requires_action`` is the session's earlier state; the
-first ``idle`` after the turn started is its end.
+first ``idle`` after the turn started is its end.  A prompt sent to a busy session
+may be held and inserted later ([T], ACP-V2.md §6.1): its answer (``{messageId}``)
+comes only then, and the turn that runs meanwhile is someone else's.  So once the
+answer names the prompt's ``messageId``, the turn is the one that goes on after that
+``user_message``: its end is the first ``idle`` after it (a prompt steered into a
+running turn ends with that turn).  An answer without one ([H]) keeps the
+state-only reading.
 
 Pure and synchronous: no I/O, so it is tested update by update.
 """
@@ -97,14 +103,27 @@ class Turn:
     done: bool = False
     stop_reason: str | None = None
     error: Any = None
+    #: The inserted prompt's id, once its answer named it: then its ``user_message``
+    #: and the first ``idle`` after it tell the turn, not the state alone.
+    message_id: str | None = None
+    acknowledged: bool = False  # the prompt's answer came
+    inserted: bool = False  # its ``user_message`` has been seen (``message_id`` known)
+    _ended: tuple[str | None, Any] | None = None  # the state-only reading's end, till then
 
     def observe(self, state: str, stop_reason: str | None, error: Any) -> None:
         if self.done:
             return
+        if self.message_id is not None:
+            if self.inserted and state == "idle":
+                self.done, self.stop_reason, self.error = True, stop_reason, error
+            return
         if state in _ACTIVE_STATES:
             self.started = True
         elif state == "idle" and self.started:
-            self.done, self.stop_reason, self.error = True, stop_reason, error
+            if self.acknowledged:
+                self.done, self.stop_reason, self.error = True, stop_reason, error
+            elif self._ended is None:
+                self._ended = (stop_reason, error)  # unless the answer names a message
         elif state != "idle":
             self.started = True  # an unknown state is "busy, unknown", never idle
 
@@ -128,6 +147,9 @@ class SessionProjection:
         self.stop_reason: str | None = None
         self.unknown: list[Any] = []  # updates of kinds this client does not know
         self.turns: list[Turn] = []
+        #: While a prompt's answer is awaited: each ``user_message`` id seen meanwhile,
+        #: with the ``idle`` (stop reason, error) that came after it, if one did.
+        self._unclaimed: dict[str, tuple[str | None, Any] | None] = {}
 
     # ---- turns ----------------------------------------------------------------
     def begin_turn(self) -> Turn:
@@ -135,6 +157,33 @@ class SessionProjection:
         turn = Turn()
         self.turns.append(turn)
         return turn
+
+    def acknowledge(self, turn: Turn, message_id: str | None) -> None:
+        """The prompt's answer came, naming the inserted message (or not, [H])."""
+        turn.acknowledged = True
+        if message_id is None:
+            if turn._ended is not None:
+                turn.done = True
+                turn.stop_reason, turn.error = turn._ended
+        else:
+            turn.message_id = message_id
+            if message_id in self._unclaimed:  # its user_message came before the answer
+                turn.inserted = True
+                ended = self._unclaimed[message_id]
+                if ended is not None:
+                    turn.done = True
+                    turn.stop_reason, turn.error = ended
+        if turn.done:
+            self.forget_turn(turn)
+        elif all(t.acknowledged for t in self.turns):
+            self._unclaimed.clear()
+
+    def forget_turn(self, turn: Turn) -> None:
+        """Stop following ``turn`` (it ended, or its prompt was refused)."""
+        if turn in self.turns:
+            self.turns.remove(turn)
+        if all(t.acknowledged for t in self.turns):
+            self._unclaimed.clear()
 
     # ---- reading --------------------------------------------------------------
     def text(self, role: str = "agent") -> str:
@@ -161,6 +210,8 @@ class SessionProjection:
             message = Message(message_id=update.message_id, role=role)
             self.messages[update.message_id] = message
             self.entries.append(message)
+            if role == "user":
+                self._user_inserted(update.message_id)
         if chunk:
             message.content.append(update.content)
         elif update.content is not UNSET:
@@ -172,10 +223,21 @@ class SessionProjection:
         stop_reason: Any = getattr(update, "stop_reason", UNSET)
         if update.state == "idle":
             self.stop_reason = None if stop_reason is UNSET else stop_reason
-        error = getattr(update, "error", UNSET)
+        error = None if getattr(update, "error", UNSET) is UNSET else update.error
         for turn in self.turns:
-            turn.observe(update.state, self.stop_reason, None if error is UNSET else error)
+            turn.observe(update.state, self.stop_reason, error)
         self.turns = [t for t in self.turns if not t.done]
+        if update.state == "idle":
+            for message_id, ended in self._unclaimed.items():
+                if ended is None:
+                    self._unclaimed[message_id] = (self.stop_reason, error)
+
+    def _user_inserted(self, message_id: str) -> None:
+        for turn in self.turns:
+            if turn.message_id == message_id:
+                turn.inserted = True
+        if any(not t.acknowledged for t in self.turns):
+            self._unclaimed[message_id] = None  # maybe a prompt whose answer is coming
 
     def _apply_tool_call_update(self, update: Any) -> None:
         call = self._tool_call(update.tool_call_id)

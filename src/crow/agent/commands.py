@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
+from crow.config import Config
+from crow.redact import redact_url
 
 from . import compaction, memory
 from .session import now
@@ -44,7 +46,18 @@ async def _model(turn: Turn, args: str) -> str:
         names = ", ".join(
             f"{n} (current)" if n == session.model else n for n in agent.config.models
         )
-        await turn.note(f"Model: {session.model}. Available: {names}.", "info")
+        lines = [f"Model: {_described(agent.config, session.model)}."]
+        fallback = [n for n in agent.config.chain if n != session.model]
+        if fallback:
+            then = ", then ".join(_described(agent.config, n) for n in fallback)
+            lines.append(f"If it fails: {then}.")
+        if session.answered_by is not None and session.answered_by != session.model:
+            lines.append(
+                f"The latest reply came from {_described(agent.config, session.answered_by)}: "
+                f"{session.model} did not answer."
+            )
+        lines.append(f"Available: {names}.")
+        await turn.note("\n".join(lines), "info")
         return "end_turn"
     if name not in agent.config.models:
         await turn.note(
@@ -54,6 +67,17 @@ async def _model(turn: Turn, args: str) -> str:
     await agent.switch_model(session, name)
     await turn.note(f"Model switched to {name}.", "info")
     return "end_turn"
+
+
+def _described(config: Config, name: str) -> str:
+    """A model's name with what actually answers: its id, and where."""
+    spec = config.models.get(name)
+    if spec is None:
+        return name
+    provider = config.providers.get(spec.provider)
+    if provider is None or provider.kind == "local" or not provider.base_url:
+        return f"{name} ({spec.model_id}, embedded)"
+    return f"{name} ({spec.model_id} at {redact_url(provider.base_url)})"
 
 
 async def _compact(turn: Turn, args: str) -> str:
@@ -80,6 +104,7 @@ async def _title(turn: Turn, args: str) -> str:
     await turn.session.emit(
         {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
     )
+    await turn.note(f"Renamed this session: {title}", "info")
     return "end_turn"
 
 

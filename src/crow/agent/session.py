@@ -50,6 +50,8 @@ class LiveSession:
     record: SessionRecord
     store: AsyncStore
     model: str  # the model that answers this session's prompts
+    #: The model that gave the latest reply: another of the chain when this one failed.
+    answered_by: str | None = None
     state: str = "idle"  # idle | running | requires_action
     stop_reason: str | None = None
     watchers: set[Watcher] = field(default_factory=set)

@@ -27,6 +27,7 @@ from crow.tools.surface import ToolCallView
 
 from .asking import Question
 from .background import follow_process
+from .preview import fs_diff
 
 if TYPE_CHECKING:
     from .session import LiveSession
@@ -163,6 +164,15 @@ class ToolRunner:
         ``once``: offer only "allow once" and "reject"."""
         session = self.session
         request = _request(session.id, view, tool, args, once=once)
+        subject = request.subject
+        if isinstance(subject, schema.ToolCallPermissionSubject):
+            extra = session.tool_setup[1] if session.tool_setup else ()
+            diff = await fs_diff(tool.server, tool.name, args, session.record.cwd, extra)
+            if diff is not None:  # what the person is asked to allow
+                content = schema.adapter(schema.ToolCallContent).validate_python(diff)
+                subject.tool_call.content = [content]
+            else:  # the command, the URL: as the call will get them
+                subject.tool_call.raw_input = args
         if description is not None:
             request.description = description
         question = Question(request)

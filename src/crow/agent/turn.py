@@ -413,6 +413,7 @@ class Turn:
                     event.model,
                     event.usage,
                 )
+                session.answered_by = event.model
             elif isinstance(event, FallingBack) and event.guessed:
                 note = f"using the embedded model {event.to_model} ({event.reason})"
                 await self.note(note, "info")

@@ -24,7 +24,7 @@ RUN_HELP = """crow run "prompt": one prompt, the reply on stdout, the outcome in
     0 end_turn   1 error   2 usage   3 refusal   4 max_tokens   5 cancelled
     6 a permission was needed (pass --yes or --no)   7 protocol or connection failure
     8 max_turn_requests   9 --verify: the judge's final verdict is fail or unknown
-    10 --session names no session
+    10 --session names no session   11 --no-wait: the session is busy with another turn
 
 stdout carries the agent's reply (or, with --json, every session/update
 as one JSON line); tool activity, thoughts and Crow's notes go to stderr as
@@ -34,23 +34,37 @@ With --verify, crow serve's judge checks the turn once it ends (its model,
 rubric and check command from [judge] in config.toml; --check names one) and
 its verdict is shown on stderr; on "fail" the judge may ask the agent to fix it
 (up to [judge] max_rounds), and crow run waits for the final verdict.
-Ctrl-C cancels the turn; a second Ctrl-C leaves at once."""
+On a session busy with another client's turn (--url, --session) the prompt
+waits in the session's queue (Ctrl-C withdraws it); --no-wait refuses at once.
+Ctrl-C cancels the turn, or ends a permission question and the turn; a second
+Ctrl-C leaves at once.  If the connection is lost, crow run says how to go on
+with the session (crow chat --session ID)."""
 CHAT_HELP = """crow chat: a line REPL on the client role, for people at a terminal.
 
-    Enter                    send the prompt
-    Alt-Enter, Esc Enter     a new line (so does a line that ends with "\\")
-    Tab                      complete the agent's slash commands (/help lists them)
+    Enter                    send the prompt; while a turn runs it is queued
+                             (held by the agent, sent in order as turns end)
+    Alt-Enter, Esc Enter     a new line; while a turn runs, steer: the prompt goes
+                             into the running turn (so does /steer TEXT)
+    a line ending in "\\"    continues on the next line
+    Tab                      complete the slash commands (/help lists them)
     Up, Down                 the input history ($CROW_HOME/history)
-    Ctrl-C                   cancel the running turn; a second one leaves
+    Ctrl-C                   cancel the running turn (whoever started it); your
+                             queued prompts come back to the history (Up)
+    Ctrl-C again             leave while the cancel is under way
     Ctrl-C (empty prompt)    leave; on a line with text it clears the line
     Ctrl-D, /exit, /quit     leave
+    /queue                   list the held prompts; /queue drop [N] withdraws yours
 
-The reply streams to stdout as it arrives; tool activity, thoughts and Crow's
-notes go to stderr as short lines, and a small spinner on stderr says what
-the agent is doing while nothing is being written.  A turn that ends other
-than with end_turn says so in one line, such as [cancelled], in a replay too.
-With --session ID the session's history is replayed first.  Prompts can come
-from a pipe (a line each); permission questions are then refused."""
+The chat follows its session: turns other clients drive show too, their prompts
+marked "them>" (the judge's "judge>").  The reply streams as it arrives; tool
+calls, thoughts and Crow's notes are short lines, a tool call in flight updates
+in place, and a status line above the prompt says what the agent is doing and
+how many prompts are queued.  A turn that ends other than with end_turn says
+so in one line, such as [cancelled], in a replay too.  With --session ID the
+session's history is replayed first.  With --url, a lost connection is retried
+with backoff and the session resumed from where it was (what you typed is kept
+and sent).  Prompts can come from a pipe (a line each); permission questions
+are then refused."""
 SESSIONS_HELP = """crow sessions: list, show (the replayed conversation as text), delete.
 
 crow sessions [list] [--cwd DIR] [--limit N] [--all] [--json]
@@ -94,6 +108,7 @@ def _agent_options(parser: argparse.ArgumentParser, *, session_help: str) -> Non
         help="with --verify: a command run in the session's directory after each turn; "
         "if it fails, the turn fails",
     )
+    parser.add_argument("--no-color", action="store_true", help="no colours (so does NO_COLOR=1)")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,6 +116,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     _agent_options(parser, session_help="continue this session instead of starting one")
     parser.add_argument(
         "--json", action="store_true", help="write every session/update as a JSON line on stdout"
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="on a session busy with another turn, exit 11 at once instead of queueing",
     )
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument("--yes", action="store_true", help="allow what the agent asks to do")

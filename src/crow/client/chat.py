@@ -1,6 +1,21 @@
-"""``crow chat``: a line REPL on the shared session projection.
+"""``crow chat``: a line REPL that follows its session.
 
 The options and what they mean for people are in ``crow.client.args.CHAT_HELP``.
+
+The chat is a client of one session like any other: it shows every turn of the
+session, its own or another client's (``crow.client.follow``), and its input line
+stays open while turns run (``crow.client.prompt_line``).  A prompt typed while the
+session is busy is *queued*: sent at once with ``_meta["crow/insert"] = "queue"``,
+held by the agent and inserted in order as turns end (ACP-V2.md §6.1, [T]); the
+status line says "queued (n)", ``/queue`` lists them and withdraws yours
+(``$/cancel_request``).  Alt-Enter or ``/steer`` sends it with ``"steer"`` instead,
+into the running turn.  Ctrl-C cancels the running turn; the agent then answers
+held prompts -32800 and yours go back to the input history.  This keeps what was
+typed (nothing is refused for being early) and leaves the order to the agent,
+which every client shares.
+
+With ``--url`` a lost connection is made again (``crow.client.link``); prompts
+typed meanwhile, and ones the lost server held, are sent once it is back.
 """
 
 from __future__ import annotations
@@ -11,37 +26,27 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Iterable, Iterator
-from typing import Any, TextIO, cast
+from typing import Any
 
-from prompt_toolkit import PromptSession
-from prompt_toolkit.application import get_app
-from prompt_toolkit.completion import CompleteEvent, Completer, Completion
-from prompt_toolkit.document import Document
-from prompt_toolkit.filters import Condition
-from prompt_toolkit.history import FileHistory, History, InMemoryHistory
-from prompt_toolkit.input import Input, create_input
-from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
-from prompt_toolkit.keys import Keys
-from prompt_toolkit.output import Output, create_output
+from crow.acp import AcpError, ClientSide, RequestCancelled, Session, schema
+from crow.extensions import INSERT, QUEUE, TURN_ENDED
 
-from crow.acp import AcpError, ClientSide, Message, Session, ToolCall, schema
-from crow.config import Paths
-from crow.extensions import TURN_ENDED
-
-from .args import no_such_session, serve_options, usage_problem
-from .asking import CANCELLED, _selected, pick
-from .connect import AgentUnavailable, connect
-from .render import TextRenderer, activity, status
-from .screen import ReplyStream, Screen, isatty
+from .args import no_such_session, usage_problem
+from .asking import CANCELLED
+from .connect import AgentUnavailable
+from .console import Console
+from .follow import HINT, Follow, Sent, ending
+from .link import Link
+from .paint import Paint, wants_colour
+from .prompt_line import PromptLine
+from .render import JUDGE_AT_WORK
+from .screen import Screen, isatty
 from .session_ids import AmbiguousSession, resolve
 from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, verify_meta
 
 __all__ = ["main"]
 
 EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_INTERRUPTED = 2, 7, 10, 130
-PROMPT = "you> "
-CONTINUATION = "  .. "
 LEAVE = ("/exit", "/quit")  # the client's own commands: they never reach the agent
 
 
@@ -69,37 +74,16 @@ def main(args: argparse.Namespace) -> int:
 
 
 async def _chat(args: argparse.Namespace) -> int:
-    screen = Screen(sys.stdout, sys.stderr, separate=True)
-    chat = Chat(screen)
-    async with connect(
-        args.command,
-        url=args.url,
-        token=args.token,
-        on_permission=chat.answer,
-        serve_options=serve_options(args),
-    ) as client:
-        meta = verify_meta(args.check) if args.verify else None
-        if meta and not can_verify(client):
-            print(f"crow: {no_judge(client)}", file=sys.stderr)
-            return EXIT_USAGE
-        chat.verify = bool(meta)
-        if args.session:
-            args.session = await resolve(client, args.session)  # a unique prefix will do
-            cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
-            chat.note_turn_ends(client)
-            session = await client.resume_session(
-                args.session, os.path.abspath(cwd), replay=True, meta=meta
-            )
-            chat.verdicts = Verdicts.of_session(session)
-            chat.replay(session)
-        else:
-            session = await client.new_session(os.path.abspath(args.cwd or os.getcwd()), meta=meta)
-        chat.attach(client, session)
-        if meta and chat.verdicts.handout is None:
-            print(f"crow: {NO_KEY}", file=sys.stderr)
-            return EXIT_USAGE
-        screen.line(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
-        return await chat.run()
+    terminal = isatty(sys.stdin) and isatty(sys.stdout)
+    paint = Paint(terminal and wants_colour(sys.stdout, no_color=args.no_color))
+    sink: Any = Console(sys.stdout, paint) if terminal else Screen(sys.stdout, sys.stderr)
+    if not terminal:
+        sink.separate = True
+    chat = Chat(args, sink, paint, terminal=terminal)
+    try:
+        return await chat.start()
+    finally:
+        await chat.link.close()
 
 
 async def _session_cwd(client: ClientSide, session_id: str) -> str | None:
@@ -119,189 +103,185 @@ async def _session_cwd(client: ClientSide, session_id: str) -> str | None:
     return None
 
 
-class CommandCompleter(Completer):
-    """``/name`` from the session's available commands, the description as meta."""
-
-    def __init__(self) -> None:
-        self.session: Session | None = None
-
-    def commands(self) -> list[Any]:
-        if self.session is None:
-            return []
-        announced = self.session.projection.commands
-        if announced:
-            return announced
-        listed = getattr(self.session.response, "available_commands", None)
-        return list(listed) if isinstance(listed, list) else []
-
-    def get_completions(
-        self, document: Document, complete_event: CompleteEvent
-    ) -> Iterable[Completion]:
-        text = document.text_before_cursor
-        if not text.startswith("/") or any(c.isspace() for c in text):
-            return
-        for command in self.commands():
-            name = f"/{command.name}"
-            if name.startswith(text):
-                yield Completion(
-                    name, start_position=-len(text), display_meta=command.description or ""
-                )
-
-
-def _bindings() -> KeyBindings:
-    bindings = KeyBindings()
-
-    @bindings.add("escape", "enter")
-    def _newline(event: KeyPressEvent) -> None:
-        event.current_buffer.insert_text("\n")
-
-    @Condition
-    def continued() -> bool:
-        document = get_app().current_buffer.document
-        return document.is_cursor_at_the_end and document.text.endswith("\\")
-
-    @bindings.add("enter", filter=continued)
-    def _continue(event: KeyPressEvent) -> None:
-        event.current_buffer.delete_before_cursor(1)
-        event.current_buffer.insert_text("\n")
-
-    @bindings.add("c-c")
-    def _interrupt(event: KeyPressEvent) -> None:
-        if event.current_buffer.text:
-            event.current_buffer.reset()
-        else:
-            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
-
-    return bindings
-
-
-def _history() -> History:
-    home = Paths.from_env().home
-    try:
-        from crow.private import private_dir, private_file  # 0700 / 0600: prompts are private
-
-        private_file(private_dir(home) / "history")
-    except OSError:
-        return InMemoryHistory()
-    return FileHistory(str(home / "history"))
-
-
 class Chat:
-    """The REPL: prompts between turns, and a turn's output, keys and questions."""
+    """The session, what is shown of it, and your prompts on their way."""
 
-    def __init__(self, screen: Screen) -> None:
-        self.screen = screen
-        self.verify = False  # --verify: each turn waits for the judge's final verdict
-        self.verdicts = Verdicts("", None)  # which messages are proven verdicts
-        self.completer = CommandCompleter()
-        self.input: Input | None = None
-        self.output: Output | None = None
-        self.client: ClientSide | None = None
+    def __init__(self, args: argparse.Namespace, sink: Any, paint: Paint, *, terminal: bool):
+        self.args = args
+        self.sink = sink
+        self.paint = paint
+        self.terminal = terminal
+        self.link = Link(args, on_permission=self.answer, on_update=self.on_update)
+        self.follow = Follow(sink, paint, Verdicts("", None), show_mine=terminal)
+        self.line = PromptLine(self) if terminal else None
         self.session: Session | None = None
-        self.renderer: TextRenderer | None = None  # set while a turn runs
-        self.presses = 0
-        self.leave = asyncio.Event()
-        self.cancelling: list[asyncio.Task[None]] = []
-        self.typeahead = ""
-        self.asking = asyncio.Lock()  # one permission question at a time
-        self.turn_ends: list[tuple[int, str]] = []  # (entries before it, its line), replayed
+        self.meta: dict[str, Any] | None = None
+        self.cwd = ""
+        self.replaying = True  # the first resume's replay is printed by ``replay``
+        self.turn_ends: list[tuple[int, str]] = []  # (entries before it, its line)
+        self.unsent: list[Sent] = []  # typed, or lost with a server: sent once connected
+        self.connected = asyncio.Event()
+        self.presses = 0  # Ctrl-C since the turn started
+        self.leaving = asyncio.Event()
+        self.exit_code = 0
+        self.tasks: set[asyncio.Task[Any]] = set()
 
     # ---- setup -----------------------------------------------------------------
-    def attach(self, client: ClientSide, session: Session) -> None:
-        self.client, self.session = client, session
-        self.verdicts = Verdicts.of_session(session)
-        self.completer.session = session
-        client.on_update(self.on_update)
-
-    def note_turn_ends(self, client: ClientSide) -> None:
-        """While a resume replays, note where each turn that did not end with
-        ``end_turn`` ended (``_crow/turnEnded``: after how many entries)."""
-
-        def on_update(session_id: str, update: Any) -> None:
-            if self.session is None and getattr(update, "session_update", None) == TURN_ENDED:
-                fields = update.model_extra or {}
-                ending = _ending(str(fields.get("stopReason")), fields.get("error"))
-                at = len(client.projection(session_id).entries)
-                self.turn_ends.append((at, ending or "[ended]"))
-
-        client.on_update(on_update)
-
-    def replay(self, session: Session) -> None:
-        """Print the history a resume with replay rebuilt in the projection, and
-        ``[cancelled]``/``[error: …]`` where a turn ended so."""
-        projection = session.projection
-        ends: dict[int, list[str]] = {}
-        for at, text in self.turn_ends:
-            ends.setdefault(at, []).append(text)
-        for line in ends.get(0, []):
-            self.screen.line(line)
-        for shown, entry in enumerate(projection.entries, 1):
-            if isinstance(entry, Message):
-                self._replay_message(session, entry)
-            elif isinstance(entry, ToolCall):
-                update = schema.ToolCallUpdateVariant(
-                    tool_call_id=entry.tool_call_id,
-                    status=entry.status,
-                    raw_output=entry.fields.get("raw_output", schema.UNSET),
-                )
-                note = activity(projection, update, self.verdicts)
-                if note:
-                    self.screen.line(note)
-            for line in ends.get(shown, []):
-                self.screen.line(line)
-
-    def _replay_message(self, session: Session, message: Message) -> None:
-        projection = session.projection
-        if message.role == "user":
-            self.screen.line(PROMPT + message.text.replace("\n", "\n" + CONTINUATION))
-        elif message.role == "thought":
-            thought = schema.AgentThought(message_id=message.message_id)
-            note = activity(projection, thought, self.verdicts)
-            if note:
-                self.screen.line(note)
-        elif self.verdicts.is_note(message):
-            update = schema.AgentMessage(message_id=message.message_id, meta=message.meta)
-            note = activity(projection, update, self.verdicts)
-            if note:
-                self.screen.line(note)
-        elif message.text:
-            self.screen.write(message.text)
-            if not message.text.endswith("\n"):
-                self.screen.write("\n")
-
-    # ---- the loop --------------------------------------------------------------
-    async def run(self) -> int:
-        if not isatty(sys.stdin):
+    async def start(self) -> int:
+        args = self.args
+        client = await self.link.open()
+        self.meta = verify_meta(args.check) if args.verify else None
+        if self.meta and not can_verify(client):
+            print(f"crow: {no_judge(client)}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.session:
+            args.session = await resolve(client, args.session)  # a unique prefix will do
+            cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
+            self.cwd = os.path.abspath(cwd)
+            session = await client.resume_session(
+                args.session, self.cwd, replay=True, meta=self.meta
+            )
+        else:
+            self.cwd = os.path.abspath(args.cwd or os.getcwd())
+            session = await client.new_session(self.cwd, meta=self.meta)
+        self.follow.verdicts = Verdicts.of_session(session)
+        if self.meta and self.follow.verdicts.handout is None:
+            print(f"crow: {NO_KEY}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.session:
+            self.follow.replay(session, self.turn_ends)
+        self.attach(session)
+        self.say(f"crow: session {session.id} — /help lists commands, Ctrl-D leaves")
+        watching = asyncio.create_task(self.watch_connection())
+        try:
+            if self.line is not None:
+                return await self.line.run()
             return await self.run_piped()
-        self.input = create_input(sys.stdin)
-        self.output = create_output(sys.stdout)
-        prompts: PromptSession[str] = PromptSession(
-            history=_history(),
-            completer=self.completer,
-            complete_while_typing=True,
-            reserve_space_for_menu=6,
-            key_bindings=_bindings(),
-            multiline=False,
-            prompt_continuation=CONTINUATION,
-            input=self.input,
-            output=self.output,
-        )
-        # Raw mode all along (prompt_toolkit nests its own): Ctrl-C is a key, not a
-        # SIGINT (the agent, in a session of its own, would not get one anyway); and
-        # nothing the user types echoes over the streaming reply.
-        with self.input.raw_mode():
-            while True:
-                default, self.typeahead = self.typeahead, ""
-                try:
-                    text = await prompts.prompt_async(PROMPT, default=default)
-                except (KeyboardInterrupt, EOFError):
-                    return 0
-                if not text.strip():
-                    continue
-                if text.strip() in LEAVE:
-                    return 0
-                if await self.turn(text.strip()):
-                    return 0
+        finally:
+            watching.cancel()
+            for task in list(self.tasks):
+                task.cancel()
+
+    def attach(self, session: Session) -> None:
+        self.session = session
+        self.replaying = False
+        self.follow.attach(session)
+        self.connected.set()
+        self.show_status()
+
+    def say(self, text: str, role: str = "") -> None:
+        """A line of the chat's own."""
+        self.follow.line(self.paint(role, text) if role else text)
+
+    # ---- the history a resume replays ----------------------------------------------
+    def on_update(self, session_id: str, update: Any) -> None:
+        if self.replaying:
+            if getattr(update, "session_update", None) == QUEUE:
+                self.follow.update_queue(update)  # the queue as it is (after the replay)
+            if getattr(update, "session_update", None) == TURN_ENDED:
+                fields = update.model_extra or {}
+                said = ending(str(fields.get("stopReason")), fields.get("error"))
+                assert self.link.client is not None
+                at = len(self.link.client.projection(session_id).entries)
+                self.turn_ends.append((at, said or "[ended]"))
+            return
+        if self.session is None or session_id != self.session.id:
+            return
+        was_busy = self.follow.busy
+        self.follow.update(update)
+        if was_busy and not self.follow.busy:
+            self.presses = 0
+        self.show_status()
+
+    # ---- what the status line says ---------------------------------------------------
+    def show_status(self) -> None:
+        follow = self.follow
+        held = [p for p in follow.queue if p.get("yours")]
+        if isinstance(self.sink, Console):
+            self.sink.queued = len(follow.queue) + len(self.unsent)
+            self.sink.held = [str(p.get("preview", "")) for p in held]
+            self.sink.held += [f"{s.text} (sent once connected)" for s in self.unsent]
+            if not self.connected.is_set():
+                return  # the reconnecting status stays
+            if follow.busy:
+                self.sink.say(follow.status or "working", HINT)
+            elif follow.status is None and follow.background:
+                names = ", ".join(follow.background)
+                self.sink.say(f"{len(follow.background)} running in the background: {names}")
+            else:
+                self.sink.say(follow.status)
+        elif follow.busy or follow.status:
+            self.sink.say(follow.status or "working")
+
+    # ---- your prompts --------------------------------------------------------------
+    def send(self, text: str, *, steer: bool = False) -> Sent:
+        """Send a prompt; on a busy session it is queued (or steered in)."""
+        sent = Sent(text, "steer" if steer else "queue")
+        if not self.connected.is_set():
+            self.unsent.append(sent)
+            self.follow.sending.append(sent)
+            self.show_status()
+            return sent
+        self._spawn(self._send(sent))
+        return sent
+
+    def _spawn(self, coroutine: Any) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _send(self, sent: Sent) -> None:
+        assert self.session is not None
+        session = self.session
+        if sent not in self.follow.sending:
+            self.follow.sending.append(sent)
+        judged = VerdictWaiter(session, self.follow.verdicts) if self.meta else None
+        try:
+            turn = await session.prompt(sent.text, meta={INSERT: sent.mode}, withdraw=sent.withdraw)
+        except RequestCancelled:
+            self._forget(sent)
+            self.returned(sent)
+            return
+        except AcpError as exc:
+            self._forget(sent)
+            self.say(f"crow: not sent: {exc.message or exc}", "fail")
+            if self.line is not None:
+                self.line.keep(sent.text)
+            return
+        except ConnectionError:
+            if self.link.can_reconnect:
+                self.unsent.append(sent)  # sent again once connected, unless it was inserted
+                return
+            self._forget(sent)
+            raise
+        self._forget(sent)
+        if turn.message_id:
+            sent.message_id = turn.message_id
+            self.follow.mine.add(turn.message_id)
+        if judged is not None and self.terminal:
+            await session.wait(turn)
+            if turn.stop_reason != "cancelled" and not self.follow.busy:
+                self.follow.status = JUDGE_AT_WORK
+                self.show_status()
+                await judged.wait()
+                if self.follow.status == JUDGE_AT_WORK:
+                    self.follow.status = None
+                self.show_status()
+
+    def _forget(self, sent: Sent) -> None:
+        with contextlib.suppress(ValueError):
+            self.follow.sending.remove(sent)
+        self.show_status()
+
+    def returned(self, sent: Sent) -> None:
+        """A held prompt came back (-32800): into the input history (Up)."""
+        if self.line is not None:
+            self.line.remember(sent.text)
+        if not sent.withdrawn:
+            self.say(
+                f"crow: not sent (the turn was cancelled), Up brings it back: {sent.text}", "note"
+            )
 
     async def run_piped(self) -> int:
         """Prompts from a pipe or a file: a line each (a trailing backslash joins
@@ -316,52 +296,37 @@ class Chat:
             pending = []
             if text in LEAVE:
                 return 0
-            if text and await self.turn(text):
-                return 0
+            if text and await self._turn_piped(text):
+                return self.exit_code
         return 0
 
-    async def turn(self, text: str) -> bool:
-        """Send one prompt and show its turn; True when the person chose to leave."""
-        assert self.session is not None
+    async def _turn_piped(self, text: str) -> bool:
+        """Send one prompt and wait for its turn (and verdict); True to leave."""
+        assert self.session is not None and isinstance(self.sink, Screen)
         session = self.session
-        self.renderer = TextRenderer(
-            session.projection, cast(TextIO, ReplyStream(self.screen)), self.verdicts
-        )
-        self.presses, self.leave = 0, asyncio.Event()
-        spinning = asyncio.create_task(self.screen.spin())
-        try:
-            with self.screen.spinner(), self._keys():
-                judged = VerdictWaiter(session, self.verdicts)
-                try:
-                    turn = await session.prompt(text)
-                except AcpError as exc:
-                    self.screen.line(f"crow: {exc.message or exc}")
-                    return False
-                if await self._until(session.wait(turn)):
+        judged = VerdictWaiter(session, self.follow.verdicts)
+        sent = Sent(text)
+        self.follow.sending.append(sent)
+        async with self.sink.spinning_while("working"):
+            try:
+                turn = await session.prompt(text)
+            except AcpError as exc:
+                self.say(f"crow: {exc.message or exc}")
+                return False
+            finally:
+                self._forget(sent)
+            if await self.until(session.wait(turn)):
+                return True
+            if self.meta and turn.stop_reason != "cancelled":
+                self.sink.say(JUDGE_AT_WORK)
+                if await self.until(judged.wait()):
                     return True
-                if self.verify and turn.stop_reason != "cancelled":
-                    self.screen.say("the judge is checking the turn")
-                    if await self._until(judged.wait()):
-                        return True
-        finally:
-            spinning.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await spinning
-            for cancelling in self.cancelling:
-                with contextlib.suppress(Exception):
-                    await cancelling
-            self.cancelling.clear()
-            self.renderer.finish()
-            self.renderer = None
-        ending = _ending(turn.stop_reason or "end_turn", turn.error)
-        if ending:
-            self.screen.line(ending)
         return False
 
-    async def _until(self, done: Coroutine[Any, Any, Any]) -> bool:
-        """Wait for ``done``; True when the person chose to leave meanwhile."""
-        waiting = asyncio.create_task(done)
-        leaving = asyncio.create_task(self.leave.wait())
+    async def until(self, done: Any) -> bool:
+        """Wait for ``done``; True when the chat is leaving meanwhile."""
+        waiting = asyncio.ensure_future(done)
+        leaving = asyncio.ensure_future(self.leaving.wait())
         finished, _ = await asyncio.wait({waiting, leaving}, return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
         leaving.cancel()
@@ -370,101 +335,98 @@ class Chat:
         waiting.result()  # ConnectionError when the agent went away
         return False
 
-    # ---- while a turn runs -----------------------------------------------------
-    def on_update(self, session_id: str, update: Any) -> None:
-        session, renderer = self.session, self.renderer
-        if session is None or session_id != session.id or renderer is None:
-            return  # between turns nothing is written over the prompt
-        renderer.update(update)
-        self.screen.say(status(session.projection, update) or self.screen.status)
-        note = activity(session.projection, update, self.verdicts)
-        if note:
-            if not renderer.ends_with_newline:
-                renderer.finish()
-            self.screen.line(note)
-
-    @contextlib.contextmanager
-    def _keys(self) -> Iterator[None]:
-        """Read keys during the turn: Ctrl-C interrupts, typing waits for the next prompt."""
-        loop = asyncio.get_running_loop()
-        with contextlib.ExitStack() as stack:
-            if self.input is not None and sys.stdin.isatty():
-                stack.enter_context(self.input.attach(self._on_keys))
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signal.SIGINT, self.interrupt)  # kill -INT, too
-                stack.callback(loop.remove_signal_handler, signal.SIGINT)
-            yield
-
-    def _on_keys(self) -> None:
-        assert self.input is not None
-        for press in self.input.read_keys():
-            if press.key == Keys.ControlC:
-                self.interrupt()
-            elif not isinstance(press.key, Keys) and press.key.isprintable():
-                self.typeahead += press.key
-        if self.input.closed:
-            self.leave.set()
-
+    # ---- keys ----------------------------------------------------------------------
     def interrupt(self) -> None:
-        """Ctrl-C in a turn: the first cancels it, the next one leaves."""
-        if self.renderer is None or self.session is None:
+        """Ctrl-C while the session is busy: the first cancels its turn, the next leaves."""
+        if self.session is None or not self.follow.busy:
             return
         self.presses += 1
         if self.presses > 1:
-            self.leave.set()
+            self.leave(0)
             return
-        if not self.renderer.ends_with_newline:
-            self.renderer.finish()
-        self.screen.line("^C cancelling… (Ctrl-C again to leave)")
-        self.cancelling.append(asyncio.create_task(self.session.cancel()))
+        self.say("^C cancelling… (Ctrl-C again to leave)", "note")
+        self._spawn(self.session.cancel())
 
+    def leave(self, code: int) -> None:
+        self.exit_code = code
+        self.leaving.set()
+        if self.line is not None:
+            self.line.wake()
+
+    @contextlib.contextmanager
+    def sigint(self) -> Any:
+        """``kill -INT`` does what Ctrl-C does (a raw terminal sends no SIGINT)."""
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_signal_handler(signal.SIGINT, self.interrupt)
+        except (NotImplementedError, RuntimeError, ValueError):
+            yield
+            return
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+
+    # ---- permission questions --------------------------------------------------------
     async def answer(self, request: schema.RequestPermissionRequest) -> Any:
-        """A permission question, asked inline with prompt_toolkit on the event loop."""
-        options = list(request.options)
-        if self.input is None:  # prompts from a pipe: nobody to ask
-            self.screen.line(f"crow: refused {request.title!r}: nobody at a terminal to ask")
+        if self.line is None:  # prompts from a pipe: nobody to ask
+            self.say(f"crow: refused {request.title!r}: nobody at a terminal to ask")
             return CANCELLED
-        async with self.asking:
-            if self.renderer is not None and not self.renderer.ends_with_newline:
-                self.renderer.finish()
-            with self.screen.paused():
-                self.screen.line(f"? {request.title}")
-                description = getattr(request, "description", None)
-                if isinstance(description, str) and description:
-                    self.screen.line(f"  {description}")
-                for number, option in enumerate(options, 1):
-                    self.screen.line(f"  {number}) {option.name}")
-                return await self._choose(options)
+        return await self.line.ask(request)
 
-    async def _choose(self, options: list[Any]) -> Any:
-        question: PromptSession[str] = PromptSession(input=self.input, output=self.output)
+    # ---- a server that goes away -------------------------------------------------------
+    async def watch_connection(self) -> None:
         while True:
-            try:
-                answer = await question.prompt_async(
-                    f"choose 1-{len(options)}: ", handle_sigint=False
-                )
-            except KeyboardInterrupt:
-                self.interrupt()  # as Ctrl-C in the turn: cancel it
-                return CANCELLED
-            except EOFError:
-                return CANCELLED
-            choice = pick(options, answer)
-            if choice is not None:
-                return _selected(choice)
-            self.screen.line(f"  answer a number from 1 to {len(options)}, y or n")
+            client = self.link.client
+            assert client is not None
+            await client.closed.wait()
+            if self.leaving.is_set():
+                return
+            if not self.link.can_reconnect:
+                self.say("crow: the agent went away", "fail")
+                self.leave(EXIT_CONNECTION)
+                return
+            await self.reconnect()
+
+    async def reconnect(self) -> None:
+        assert self.session is not None
+        self.connected.clear()
+        self.follow.status = None
+        url = self.args.url
+        began = asyncio.get_running_loop().time()
+
+        async def waiting(attempt: int, seconds: float, why: str) -> None:
+            if isinstance(self.sink, Console):
+                self.sink.say(f"reconnecting to {_bare(url)} (attempt {attempt}: {why})")
+            await asyncio.sleep(seconds)
+
+        if isinstance(self.sink, Console):
+            self.sink.say(f"the connection to {_bare(url)} was lost; reconnecting")
+        try:
+            session = await self.link.reopen(
+                self.session, cwd=self.cwd, meta=self.meta, waiting=waiting
+            )
+        except AcpError as exc:
+            self.say(f"crow: {_bare(url)} no longer has session {self.session.id}: {exc.message}")
+            self.leave(EXIT_NO_SESSION)
+            return
+        took = asyncio.get_running_loop().time() - began
+        self.attach(session)
+        self.say(
+            f"crow: the connection to {_bare(url)} was lost; reconnected after {took:.0f} s "
+            "and caught up",
+            "note",
+        )
+        unsent, self.unsent = self.unsent, []
+        for sent in unsent:
+            if sent.message_id is None:  # not seen inserted while we were away
+                self._spawn(self._send(sent))
+            else:
+                self._forget(sent)
+        self.show_status()
 
 
-def _ending(stop: str, error: Any) -> str | None:
-    """The line that says how a turn ended, or None for ``end_turn``."""
-    if stop == "end_turn":
-        return None
-    if stop == "error":
-        message = _error_message(error)
-        return f"[error: {message}]" if message else "[error]"
-    return f"[{stop}]"
+def _bare(url: str) -> str:
+    from crow.acp.transports.http_client import split_token
 
-
-def _error_message(error: Any) -> str | None:
-    fields = error if isinstance(error, dict) else getattr(error, "__dict__", {})
-    message = fields.get("message")
-    return message if isinstance(message, str) and message else None
+    return split_token(url)[0]

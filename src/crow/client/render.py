@@ -15,9 +15,17 @@ from typing import Any, TextIO
 from crow.acp import SessionProjection, schema
 from crow.extensions import FROM, JUDGING, RECALLED, WAIT_OVER
 
-from .verifying import Verdicts
+from .verifying import Verdicts, unknown_line
 
-__all__ = ["JUDGE_AT_WORK", "WAITING", "TextRenderer", "activity", "status"]
+__all__ = [
+    "FINISHED",
+    "JUDGE_AT_WORK",
+    "WAITING",
+    "TextRenderer",
+    "activity",
+    "status",
+    "tool_line",
+]
 
 WAITING = "waiting for the model"
 JUDGE_AT_WORK = "the judge is checking the turn"
@@ -71,29 +79,46 @@ class TextRenderer:
             self.ends_with_newline = True
 
 
+#: Tool-call statuses after which the call is over.
+FINISHED = ("completed", "failed", "cancelled")
+
+
+def tool_line(projection: SessionProjection, update: Any) -> tuple[str, bool] | None:
+    """A tool call's line after ``update`` (``✓ title``), and whether the call is over;
+    None when ``update`` did not change its status.  A terminal shows the line of a
+    call in flight in place; a pipe gets one line per status."""
+    if getattr(update, "session_update", None) != "tool_call_update":
+        return None
+    if update.status in (schema.UNSET, None) or _judging(projection, update):
+        return None  # (a judge at work: the status says so while it lasts, its verdict after)
+    call = projection.tool_calls.get(update.tool_call_id)
+    title = (call.title if call else None) or update.tool_call_id
+    line = f"{STATUS_MARKS.get(update.status, '?')} {title}"
+    if update.status == "failed":
+        reason = _raw_text(update.raw_output)
+        line += f": {reason}" if reason else " (failed)"
+    elif _recalled(update):  # what memory gave the model, the user sees too
+        line += "".join(f"\n  {text}" for text in _content_text(update.content))
+    return line, update.status in FINISHED
+
+
 def activity(projection: SessionProjection, update: Any, verdicts: Verdicts) -> str | None:
     """A short line about tools, thoughts, notes and verdicts, or None."""
     kind = getattr(update, "session_update", None)
-    if kind == "tool_call_update" and _judging(projection, update):
-        return None  # the status says so while it lasts; its verdict is the line
-    if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
-        call = projection.tool_calls.get(update.tool_call_id)
-        title = (call.title if call else None) or update.tool_call_id
-        line = f"{STATUS_MARKS.get(update.status, '?')} {title}"
-        if update.status == "failed":
-            reason = _raw_text(update.raw_output)
-            line += f": {reason}" if reason else " (failed)"
-        elif _recalled(update):  # what memory gave the model, the user sees too
-            line += "".join(f"\n  {text}" for text in _content_text(update.content))
-        return line
+    if kind == "tool_call_update":
+        shown = tool_line(projection, update)
+        return shown[0] if shown else None
     if kind == "agent_thought":
         message = projection.messages.get(update.message_id)
         if message and message.text.strip():
             return f"… {_one_line(message.text)}"
     if kind == "agent_message":
         message = projection.messages.get(update.message_id)
-        if verdicts.of(message) is not None:
+        verdict = verdicts.of(message)
+        if verdict is not None:
             assert message is not None
+            if verdict.get("verdict") == "unknown":  # not a pass: say why, and what to do
+                return f"{message.text}\n  {unknown_line(verdict)}"
             return message.text  # "✓ verified: ..." / "✗ judge: ..."
         if message and verdicts.is_note(message):
             return f"crow: {message.text}"

@@ -16,13 +16,16 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TextIO, cast
 
 from crow import pipes
-from crow.acp import AcpError, ClientSide, Session
+from crow.acp import AcpError, ClientSide, InvalidParams, RequestCancelled, Session, Turn
+from crow.acp.transports.http_client import split_token
+from crow.extensions import INSERT
 from crow.redact import redact_url
 
 from .args import no_such_session, serve_options, usage_problem
 from .asking import PermissionAsker
 from .connect import AgentUnavailable, connect
-from .render import JUDGE_AT_WORK, TextRenderer, activity, status
+from .paint import Paint, wants_colour
+from .render import JUDGE_AT_WORK, TextRenderer, activity, status, tool_line
 from .screen import ERASE, ReplyStream, Screen
 from .session_ids import AmbiguousSession, resolve
 from .verifying import (
@@ -48,6 +51,7 @@ EXIT = {
 EXIT_USAGE, EXIT_PERMISSION, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 6, 7, 130
 EXIT_NOT_VERIFIED = 9  # --verify: the judge's final verdict is not "pass"
 EXIT_NO_SESSION = 10  # --session names no session
+EXIT_BUSY = 11  # --no-wait: the session is busy with another turn
 MESSAGES = {
     "error": "the turn failed",
     "refusal": "the model refused",
@@ -69,6 +73,7 @@ def main(args: argparse.Namespace) -> int:
     if mode == "refuse" and args.prompt != "-" and sys.stdin.isatty():
         mode = "ask"
     asker = PermissionAsker(mode)
+    asker.paint = Paint(wants_colour(sys.stderr, no_color=args.no_color))
     opened: dict[str, str] = {}  # the session's id, once there is one
     try:
         code = asyncio.run(_run(args, prompt, asker, opened))
@@ -78,6 +83,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except AgentUnavailable as exc:
+        print(f"crow: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except Dropped as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_CONNECTION
     except AcpError as exc:
@@ -136,24 +144,43 @@ async def _run(
         if meta and verdicts.handout is None:
             print(f"crow: {NO_KEY}", file=sys.stderr)
             return EXIT_USAGE
+        asker.projection = session.projection
         renderer, notes = _attach_output(
-            client, session, screen, verdicts=verdicts, json_lines=args.json
+            client,
+            session,
+            screen,
+            verdicts=verdicts,
+            json_lines=args.json,
+            paint=asker.paint,
+            prompt=prompt,
         )
         judged = VerdictWaiter(session, verdicts)
         _leave_when_the_reader_goes(session)
-        turn = await session.prompt(prompt)
-        screen.say("working")
-        if await _wait(session, _until_done(session, turn, asker), screen):
-            return EXIT_INTERRUPTED
-        opened["stop"] = turn.stop_reason or "end_turn"
-        verdict = None
-        if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
-            if not args.json:
-                renderer.finish()  # the reply's last line is done: the status shows below it
-            screen.say(JUDGE_AT_WORK)
-            if await _wait(session, judged.wait(), screen):
+        try:
+            turn = await _prompt(session, prompt, screen, no_wait=args.no_wait)
+            if turn is None:
+                return EXIT["cancelled"]  # withdrawn from the queue
+            screen.say("working")
+            if await _wait(session, _until_done(session, turn, asker), screen):
                 return EXIT_INTERRUPTED
-            verdict = judged.final()
+            opened["stop"] = turn.stop_reason or "end_turn"
+            verdict = None
+            if args.verify and turn.stop_reason != "cancelled" and not asker.refused:
+                if not args.json:
+                    renderer.finish()  # the reply's last line is done: the status shows below
+                screen.say(JUDGE_AT_WORK)
+                if await _wait(session, judged.wait(), screen):
+                    return EXIT_INTERRUPTED
+                verdict = judged.final()
+        except Busy:
+            print(
+                f"crow: session {session.id} is busy with another turn; without --no-wait "
+                "the prompt waits in its queue",
+                file=sys.stderr,
+            )
+            return EXIT_BUSY
+        except ConnectionError:
+            raise Dropped(_resume_hint(args, session.id)) from None
     if not args.json:
         renderer.finish()
     if asker.refused:
@@ -171,41 +198,108 @@ async def _run(
             print(f"crow: {reason}", file=sys.stderr)
         return EXIT.get(stop, 1)
     if args.verify:
-        return _verified(verdict)
+        return _verified(verdict, notes)
     return EXIT[stop]
 
 
-def _verified(verdict: dict[str, Any] | None) -> int:
+class Dropped(Exception):
+    """The connection to the agent was lost mid-turn; says how to resume."""
+
+
+class Busy(Exception):
+    """--no-wait: the session is busy."""
+
+
+def _resume_hint(args: argparse.Namespace, session_id: str) -> str:
+    where = f"--url {redact_url(split_token(args.url)[0])} " if args.url else ""
+    return (
+        f"the connection to the agent was lost; the session goes on: "
+        f"crow chat {where}--session {session_id}"
+    )
+
+
+async def _prompt(session: Session, text: str, screen: Screen, *, no_wait: bool) -> Turn | None:
+    """Send the prompt; on a busy session it waits in the queue (Ctrl-C withdraws it:
+    None), or with ``no_wait`` raises Busy."""
+    if no_wait:
+        try:
+            return await session.prompt(text, meta={INSERT: "reject"})
+        except InvalidParams as exc:
+            if isinstance(exc.data, dict) and exc.data.get("reason") == "busy":
+                raise Busy from None
+            raise
+    if session.projection.state != "idle":
+        screen.say("waiting in the session's queue: another turn runs")
+    loop = asyncio.get_running_loop()
+    withdraw = asyncio.Event()
+    loop.add_signal_handler(signal.SIGINT, withdraw.set)
+    try:
+        return await session.prompt(text, withdraw=withdraw)
+    except RequestCancelled:
+        screen.erase()
+        print("\ncrow: withdrawn from the session's queue", file=sys.stderr)
+        return None
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _verified(verdict: dict[str, Any] | None, notes: list[str]) -> int:
     """The exit code of a verified turn: 0 only when the judge's final verdict passed."""
     if verdict is None:
         print("crow: the judge's follow-up turn was cancelled", file=sys.stderr)
         return EXIT["cancelled"]
     if verdict.get("verdict") == "pass":
         return 0
-    if verdict.get("verdict") == "unknown":
-        print(f"crow: {unknown_line(verdict)}", file=sys.stderr)
+    explained = unknown_line(verdict)
+    if verdict.get("verdict") == "unknown" and not any(explained in note for note in notes):
+        print(f"crow: {explained}", file=sys.stderr)
     return EXIT_NOT_VERIFIED
 
 
 def _attach_output(
-    client: ClientSide, session: Session, screen: Screen, *, verdicts: Verdicts, json_lines: bool
+    client: ClientSide,
+    session: Session,
+    screen: Screen,
+    *,
+    verdicts: Verdicts,
+    json_lines: bool,
+    paint: Paint,
+    prompt: str,
 ) -> tuple[TextRenderer, list[str]]:
     """Render the session's updates; returns the renderer and the lines written to
-    stderr about them (notes included)."""
+    stderr about them (notes included).  On a terminal a tool call in flight is shown
+    in place (the status line), and only its end as a line."""
     renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(screen)), verdicts)
     shown: list[str] = []
+    # On a busy session the prompt is queued: what runs first is another client's
+    # turn, not shown; ours begins with our prompt's user_message.
+    ours = session.projection.state == "idle"
 
     def on_update(session_id: str, update: Any) -> None:
+        nonlocal ours
         if session_id != session.id:
             return
+        if not ours:
+            kind = getattr(update, "session_update", None)
+            message = session.projection.messages.get(getattr(update, "message_id", ""))
+            if kind != "user_message" or message is None or message.text != prompt:
+                return  # another client's turn, before ours
+            ours = True
         if json_lines:
             screen.write(json.dumps({"sessionId": session_id, "update": update.to_wire()}) + "\n")
         else:
             renderer.update(update)
         screen.say(status(session.projection, update) or screen.status)
+        tool = tool_line(session.projection, update)
+        if tool is not None and screen.in_place:
+            line, over = tool
+            if not over:
+                screen.show_tool(update.tool_call_id, line.split(" ", 1)[-1])
+                return
+            screen.show_tool(update.tool_call_id, None)
         note = activity(session.projection, update, verdicts)
         if note:
-            screen.line(note)
+            screen.line(paint.mark(note))
             shown.append(note)
 
     client.on_update(on_update)

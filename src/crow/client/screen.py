@@ -39,6 +39,25 @@ class Screen:
         self.quiet_since = time.monotonic()
         self.frame = 0
         self.can_spin = isatty(err)
+        self.tools: dict[str, str] = {}  # tool calls in flight: id -> title
+
+    @property
+    def in_place(self) -> bool:
+        """A line can be updated in place (stderr is a terminal): a tool call in
+        flight is shown on the status line, not as lines of its own."""
+        return self.can_spin
+
+    def show_tool(self, key: str, title: str | None) -> None:
+        """A tool call in flight, shown at once on the status line; None: it is over."""
+        if title is None:
+            self.tools.pop(key, None)
+            return
+        self.tools[key] = title
+        if not self.at_line_start and self.separate:  # the reply's line ends first
+            self.out.write("\n")
+            self.out.flush()
+            self.at_line_start = True
+        self.tick(force=True)
 
     def write(self, text: str) -> None:
         """Reply text, as it streams."""
@@ -78,7 +97,12 @@ class Screen:
             return
         if not force and time.monotonic() - self.quiet_since < QUIET_BEFORE_SPIN_S:
             return
-        text = f"{SPINNER[self.frame % len(SPINNER)]} {self.status}…"
+        label = f"{self.status}…"
+        if self.tools:  # the latest call in flight, in place of the status
+            titles = list(self.tools.values())
+            more = f" (+{len(titles) - 1} more)" if len(titles) > 1 else ""
+            label = f"{titles[-1]}{more}"
+        text = f"{SPINNER[self.frame % len(SPINNER)]} {label}"
         if len(text) > WIDTH:
             text = text[: WIDTH - 1] + "…"
         self.err.write(f"{ERASE}{text}")
@@ -126,9 +150,10 @@ class Screen:
 
 
 class ReplyStream:
-    """A file-like for ``TextRenderer``: the screen's stdout side."""
+    """A file-like for ``TextRenderer``: the reply side of a screen (or of anything
+    with a ``write``, as crow chat's console)."""
 
-    def __init__(self, screen: Screen) -> None:
+    def __init__(self, screen: Any) -> None:
         self.screen = screen
 
     def write(self, text: str) -> int:

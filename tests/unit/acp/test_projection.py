@@ -184,6 +184,7 @@ def state(name: str, stop: str | None = None) -> dict:
 def test_an_idle_before_running_is_the_previous_state_not_completion():
     proj = SessionProjection("s")
     turn = proj.begin_turn()
+    proj.acknowledge(turn, None)  # [H]: {} names no message
     apply(proj, state("idle"))
     assert not turn.done
     apply(proj, state("running"), chunk("m", "x"))
@@ -197,10 +198,67 @@ def test_an_idle_before_running_is_the_previous_state_not_completion():
 def test_requires_action_starts_the_turn_and_unknown_states_are_busy():
     proj = SessionProjection("s")
     turn = proj.begin_turn()
+    proj.acknowledge(turn, None)
     apply(proj, state("requires_action"), state("idle", "cancelled"))
     assert turn.done and turn.stop_reason == "cancelled"
     other = proj.begin_turn()
+    proj.acknowledge(other, None)
     apply(proj, state("_acme_waiting"))
     assert not other.done and proj.state == "_acme_waiting"
     apply(proj, state("idle", "end_turn"))
     assert other.done
+
+
+def user(message_id: str, text: str = "hi") -> dict:
+    return {
+        "sessionUpdate": "user_message",
+        "messageId": message_id,
+        "content": [{"type": "text", "text": text}],
+    }
+
+
+def test_an_answer_without_a_message_id_takes_the_end_seen_before_it():
+    """[H]: the turn may run to its end before the {} answer is read (§7.1)."""
+    proj = SessionProjection("s")
+    turn = proj.begin_turn()
+    apply(proj, state("running"), state("idle", "end_turn"))
+    assert not turn.done  # a held prompt's answer would name its message: wait for it
+    proj.acknowledge(turn, None)
+    assert turn.done and turn.stop_reason == "end_turn" and proj.turns == []
+
+
+def test_a_held_prompt_ends_with_its_own_turn_not_the_one_running_when_sent():
+    """[T] §6.1: held while another turn runs, answered when inserted."""
+    proj = SessionProjection("s")
+    apply(proj, user("m_other"), state("running"))
+    turn = proj.begin_turn()
+    apply(proj, chunk("a1", "theirs"), state("idle", "end_turn"))
+    assert not turn.done
+    proj.acknowledge(turn, "m_mine")  # inserted: the answer comes first here
+    apply(proj, user("m_mine"), state("running"))
+    assert not turn.done
+    apply(proj, state("idle", "cancelled"))
+    assert turn.done and turn.stop_reason == "cancelled"
+
+
+def test_an_answer_read_after_its_turn_ended_still_ends_it():
+    """The agent may send the user_message, running and idle before the answer."""
+    proj = SessionProjection("s")
+    apply(proj, state("running"))
+    turn = proj.begin_turn()
+    apply(proj, state("idle", "end_turn"))  # the other turn's end
+    apply(proj, user("m_mine"), state("running"), state("idle", "max_tokens"))
+    proj.acknowledge(turn, "m_mine")
+    assert turn.done and turn.stop_reason == "max_tokens"
+    assert proj._unclaimed == {}
+
+
+def test_a_steered_prompt_ends_with_the_turn_it_joined():
+    proj = SessionProjection("s")
+    apply(proj, user("m1"), state("running"))
+    turn = proj.begin_turn()
+    proj.acknowledge(turn, "m2")
+    apply(proj, user("m2", "use Rust"), chunk("a", "ok"))
+    assert not turn.done
+    apply(proj, state("idle", "end_turn"))
+    assert turn.done and turn.stop_reason == "end_turn"
