@@ -285,6 +285,18 @@ def asked(requests: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def a_turn_on_a_watched_from_b(crow: Any, scripted_model: Any) -> tuple[Any, Any, str]:
+    """Servers A and B on one store; A runs the turn of "one" (its model was asked),
+    and B's client watches the session."""
+    a = crow(timeout_s=120.0)  # a hanging model is cut by the test, not a slow machine
+    sid = a.new_session()
+    b = crow(write=False)
+    b.resume(sid)
+    send_together(a, prompt_message(1, sid, "one"))
+    scripted_model.wait_for_requests(1)
+    return a, b, sid
+
+
 def test_prompts_held_on_two_servers_are_inserted_in_arrival_order(
     crow, scripted_model, shared_store
 ):
@@ -293,12 +305,7 @@ def test_prompts_held_on_two_servers_are_inserted_in_arrival_order(
     scripted_model.script(
         Slow("one done", chunks=6, delay_s=0.3), Text(text="two done"), Text(text="three done")
     )
-    a = crow()
-    sid = a.new_session()
-    b = crow(write=False)
-    b.resume(sid)
-    send_together(a, prompt_message(1, sid, "one"))
-    scripted_model.wait_for_requests(1)
+    a, b, sid = a_turn_on_a_watched_from_b(crow, scripted_model)
     send_together(b, prompt_message(2, sid, "two"))
     collect(b, lambda m: ["two"] in queues([m]))
     send_together(a, prompt_message(3, sid, "three"))
@@ -325,12 +332,7 @@ def test_a_server_killed_with_prompts_held_leaves_the_others_theirs(
     turn is closed as interrupted, its held prompt (whose request died with it) is
     dropped, and B inserts "two"."""
     scripted_model.script(Hang(), Text(text="two done"))
-    a = crow()
-    sid = a.new_session()
-    b = crow(write=False)
-    b.resume(sid)
-    send_together(a, prompt_message(1, sid, "one"))
-    scripted_model.wait_for_requests(1)
+    a, b, sid = a_turn_on_a_watched_from_b(crow, scripted_model)
     send_together(a, prompt_message(2, sid, "zero"))
     collect(a, lambda m: ["zero"] in queues([m]))
     send_together(b, prompt_message(3, sid, "two"))
