@@ -105,6 +105,10 @@ check_timeout_s = 300
 max_rounds = 1        # on fail, ask the worker to fix it and judge again, up to this many
 every_session = false # true: judge every session, asked or not
 
+[session]
+while_busy = "queue"  # a prompt on a busy session waits for the turn to end; "steer": it
+                      # goes into the running turn; "reject": refused (-32602 busy)
+
 [limits]
 max_prompt_mib = 8    # the largest prompt a client may send
 
