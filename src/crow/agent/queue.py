@@ -124,19 +124,17 @@ class HeldPrompts:
         rows = [(h.message_id, h.sender, h.preview) for h in self.items]
         return self.snapshot_of(rows, watcher)
 
-    def snapshot_of(self, rows: Sequence[Sequence[str]], watcher: Watcher) -> dict[str, Any]:
-        """The same, of ``rows`` (message id, sender, preview) held by every server of
-        a shared store (its ``HeldRow``s: id, owner, sender, preview, also taken)."""
+    def snapshot_of(self, rows: Sequence[tuple[str, str, str]], watcher: Watcher) -> dict[str, Any]:
+        """The same, of ``rows`` (message id, sender, preview): on a shared store, the
+        prompts every server holds."""
         mine = {h.message_id for h in self.items if h.watcher is watcher}
-        prompts = []
-        for row in rows:
-            message_id, sender, preview = (row[0], row[-2], row[-1])
-            prompts.append(
-                {
-                    "messageId": message_id,
-                    "from": sender,
-                    "preview": preview,
-                    "yours": message_id in mine,
-                }
-            )
+        prompts = [
+            {
+                "messageId": message_id,
+                "from": sender,
+                "preview": preview,
+                "yours": message_id in mine,
+            }
+            for message_id, sender, preview in rows
+        ]
         return {"sessionUpdate": QUEUE, "prompts": prompts}

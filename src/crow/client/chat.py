@@ -28,7 +28,7 @@ import signal
 import sys
 from typing import Any
 
-from crow.acp import AcpError, ClientSide, RequestCancelled, Session, schema
+from crow.acp import AcpError, RequestCancelled, Session, schema
 from crow.extensions import INSERT, QUEUE, TURN_ENDED
 
 from .args import no_such_session, usage_problem
@@ -41,7 +41,7 @@ from .paint import Paint, wants_colour
 from .prompt_line import PromptLine
 from .render import JUDGE_AT_WORK
 from .screen import Screen, isatty
-from .session_ids import AmbiguousSession, resolve
+from .session_ids import AmbiguousSession, lookup
 from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, verify_meta
 
 __all__ = ["main"]
@@ -86,23 +86,6 @@ async def _chat(args: argparse.Namespace) -> int:
         await chat.link.close()
 
 
-async def _session_cwd(client: ClientSide, session_id: str) -> str | None:
-    """The directory a stored session belongs to, from ``session/list``."""
-    cursor: str | None = None
-    try:
-        for _ in range(1000):
-            page = await client.list_sessions(cursor=cursor)
-            for info in page.sessions:
-                if info.session_id == session_id:
-                    return str(info.cwd)
-            if page.next_cursor in (schema.UNSET, None):
-                return None
-            cursor = str(page.next_cursor)
-    except AcpError:
-        return None  # an agent without session/list: the caller falls back
-    return None
-
-
 class Chat:
     """The session, what is shown of it, and your prompts on their way."""
 
@@ -135,8 +118,9 @@ class Chat:
             print(f"crow: {no_judge(client)}", file=sys.stderr)
             return EXIT_USAGE
         if args.session:
-            args.session = await resolve(client, args.session)  # a unique prefix will do
-            cwd = args.cwd or await _session_cwd(client, args.session) or os.getcwd()
+            listed = await lookup(client, args.session)  # a unique prefix will do
+            args.session = str(listed.session_id) if listed else args.session
+            cwd = args.cwd or (str(listed.cwd) if listed else None) or os.getcwd()
             self.cwd = os.path.abspath(cwd)
             session = await client.resume_session(
                 args.session, self.cwd, replay=True, meta=self.meta

@@ -15,7 +15,7 @@ from typing import Any
 
 from crow.acp import AcpError, ClientSide, SessionNotFound
 
-__all__ = ["SHOWN", "AmbiguousSession", "all_sessions", "resolve"]
+__all__ = ["SHOWN", "AmbiguousSession", "all_sessions", "lookup", "resolve"]
 
 #: How many of the matching ids an ambiguous prefix names.
 SHOWN = 5
@@ -39,20 +39,30 @@ async def all_sessions(client: ClientSide, cwd: str | None = None) -> list[Any]:
 
 async def resolve(client: ClientSide, given: str) -> str:
     """The id of the one session ``given`` names (see the module)."""
+    info = await lookup(client, given)
+    return given if info is None else str(info.session_id)
+
+
+async def lookup(client: ClientSide, given: str) -> Any | None:
+    """What ``session/list`` says of the one session ``given`` names (its id, cwd,
+    title), from one listing; None when the agent cannot list sessions."""
     try:
-        listed = [str(s.session_id) for s in await all_sessions(client)]
+        listed = await all_sessions(client)
     except AcpError:
-        return given  # the agent cannot list: it will say itself whether it knows the id
-    if given in listed:
-        return given
-    matches = [
-        i for i in listed if i.startswith(given) or i.removeprefix("sess_").startswith(given)
+        return None  # the agent cannot list: it will say itself whether it knows the id
+    exact = [s for s in listed if str(s.session_id) == given]
+    matches = exact or [
+        s
+        for s in listed
+        if str(s.session_id).startswith(given)
+        or str(s.session_id).removeprefix("sess_").startswith(given)
     ]
     if not matches:
         raise SessionNotFound(given)
     if len(matches) > 1:
-        named = ", ".join(matches[:SHOWN]) + (", …" if len(matches) > SHOWN else "")
+        ids = [str(s.session_id) for s in matches]
+        named = ", ".join(ids[:SHOWN]) + (", …" if len(ids) > SHOWN else "")
         raise AmbiguousSession(
-            f"{len(matches)} sessions start with {given} ({named}): give more of the id"
+            f"{len(ids)} sessions start with {given} ({named}): give more of the id"
         )
     return matches[0]

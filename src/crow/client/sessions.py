@@ -16,11 +16,11 @@ from crow.extensions import JUDGE_OF, TURN_ENDED
 
 from .connect import AgentUnavailable, connect
 from .render import STATUS_MARKS
-from .session_ids import AmbiguousSession, all_sessions, resolve
+from .session_ids import AmbiguousSession, all_sessions, lookup
 from .session_list import Row, show
 from .verifying import Verdicts
 
-__all__ = ["find", "main", "sessions", "transcript"]
+__all__ = ["main", "transcript"]
 
 EXIT_CONNECTION = 7
 EXIT_NOT_FOUND = 10  # no such session: as crow run --session and crow chat --session
@@ -50,8 +50,8 @@ async def _main(args: argparse.Namespace) -> int:
     async with connect(args.command, url=args.url, token=args.token) as client:
         if args.action == "list":
             return await _list(client, args)
-        info = await find(client, await resolve(client, args.session))
-        if info is None:
+        info = await lookup(client, args.session)
+        if info is None:  # an agent that cannot list sessions
             raise SessionNotFound(args.session)
         if args.action == "delete":
             await client.delete_session(info.session_id)
@@ -64,13 +64,6 @@ async def _main(args: argparse.Namespace) -> int:
         return 0
 
 
-sessions = all_sessions  # every session the agent lists (all pages)
-
-
-async def find(client: ClientSide, session_id: str) -> Any:
-    return next((s for s in await sessions(client) if s.session_id == session_id), None)
-
-
 async def _list(client: ClientSide, args: argparse.Namespace) -> int:
     cwd = os.path.abspath(args.cwd) if args.cwd else None
     rows = [
@@ -81,7 +74,7 @@ async def _list(client: ClientSide, args: argparse.Namespace) -> int:
             title=_value(s.title) or None,
             judgeOf=_value((s.meta if isinstance(s.meta, dict) else {}).get(JUDGE_OF)) or None,
         )
-        for s in await sessions(client, cwd)
+        for s in await all_sessions(client, cwd)
     ]
     return show(rows, args)
 
