@@ -179,3 +179,38 @@ async def test_another_clients_resume_keeps_the_running_tool_servers(
         assert probe_pids(pid) == before  # not restarted: their background work goes on
     await first.aclose()
     await second.aclose()
+
+
+async def test_a_held_prompt_whose_client_vanished_is_dropped_never_inserted(
+    server,  # noqa: F811
+    scripted_model,
+):
+    """A client holds a prompt behind another's turn, then its connection goes: the
+    prompt leaves the queue (every watcher sees it go) and is never inserted."""
+    from crow.extensions import QUEUE
+
+    scripted_model.script(Text(text="a b c d e f g h", chunks=8, delay_s=0.3))
+    owner = await client_for(server.url)
+    vanishing = await client_for(server.ws_url)
+    queues: list[list[str]] = []
+
+    def on_update(session_id: str, update: Any) -> None:
+        if getattr(update, "session_update", None) == QUEUE:
+            prompts = (update.model_extra or {}).get("prompts") or getattr(update, "prompts", [])
+            queues.append([p["preview"] for p in prompts])
+
+    owner.on_update(on_update)
+    async with asyncio.timeout(30):
+        session = await owner.new_session("/tmp")
+        turn = await session.prompt("go")
+        watching = await vanishing.resume_session(session.id, "/tmp")
+        held = asyncio.create_task(watching.prompt("never run me"))
+        await eventually(lambda: ["never run me"] in queues, "the prompt held")
+        await vanishing.aclose()
+        await eventually(lambda: queues[-1] == [], "the held prompt dropped")
+        await session.wait(turn)
+    assert turn.stop_reason == "end_turn"
+    await asyncio.sleep(1.0)  # an insertion would ask the model again by now
+    assert len(scripted_model.requests) == 1
+    held.cancel()
+    await owner.aclose()
