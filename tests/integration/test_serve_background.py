@@ -67,3 +67,19 @@ def test_the_judge_at_work_is_listed_until_its_verdict(crow, scripted_model):
     closed = [u for u in seen if u.get("toolCallId") == opened["toolCallId"]][-1]
     assert closed["status"] == "completed"
     assert states(seen)[-1]["background"] == []
+
+
+def test_only_the_sessions_judge_may_say_it_judges(crow, scripted_model):
+    """A client (the agent's own, or one being judged) cannot make the session show a
+    judge at work: ``_crow/judging`` is refused unless it comes from the judge."""
+    scripted_model.script(Text(text="done"))
+    agent = crow(extra="[tools]\nbuiltin = []\n")
+    sid = agent.new_session()
+    seen = agent.run_turn(sid, "do it")
+    user = next(u for u in seen if u["sessionUpdate"] == "user_message")
+    params = {"sessionId": sid, "turnMessageId": user["messageId"]}
+    refused, later = agent.request("_crow/judging", params)
+    assert refused["error"]["code"] == -32602
+    assert refused["error"]["data"]["reason"] == "notJudge"
+    assert agent.nothing_within(0.5)
+    assert not [u for u in updates(later) if u["sessionUpdate"] == "tool_call_update"]
