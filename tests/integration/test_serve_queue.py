@@ -118,6 +118,22 @@ def test_a_withdrawn_held_prompt_is_answered_cancelled_and_never_inserted(crow, 
     assert queues(seen) == [["two"], []]
 
 
+def test_a_prompt_withdrawn_in_the_same_write_is_never_inserted(crow, scripted_model):
+    """prompt, prompt, $/cancel_request of the second: all in one write."""
+    scripted_model.script(Slow("only reply", chunks=4, delay_s=0.2))
+    agent = crow()
+    sid = agent.new_session()
+    withdraw = {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 2}}
+    send_together(agent, prompt_message(1, sid, "one"), prompt_message(2, sid, "two"), withdraw)
+    seen = until_idles(agent, 1)
+    seen += [agent.recv()] if not any(answer_to(2)(m) for m in seen) else []
+    [answer] = [m for m in seen if answer_to(2)(m)]
+    assert answer["error"]["code"] == REQUEST_CANCELLED
+    assert "result" in next(m for m in seen if answer_to(1)(m))
+    assert agent.nothing_within(1.0)
+    assert user_texts(seen) == ["one"] and len(scripted_model.requests) == 1
+
+
 def test_cancel_answers_every_held_prompt_and_cancels_the_turn(crow, scripted_model):
     scripted_model.script(Hang())
     agent = crow()
