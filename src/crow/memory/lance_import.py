@@ -58,15 +58,19 @@ def lancedb() -> ModuleType:
     uvloop runs fork hooks when it starts a subprocess, so each MCP server and
     command a session starts would print it on the person's terminal.  Crow's
     children exec at once and never touch LanceDB: the warning is not theirs."""
-    warnings.filterwarnings(
-        "ignore", message="lancedb fork support is experimental", category=RuntimeWarning
-    )
-    with _installed:
+    with _installed:  # one import, made here: what sys.modules holds is whole
+        module = sys.modules.get("lancedb")
+        if module is not None:
+            return module
+        warnings.filterwarnings(
+            "ignore", message="lancedb fork support is experimental", category=RuntimeWarning
+        )
         if not any(isinstance(f, _LazyReexports) for f in sys.meta_path):
             sys.meta_path.insert(0, _LazyReexports(LAZY_PACKAGES))
-        if "lancedb" in sys.modules or sys.version_info >= (3, 12):
-            return importlib.import_module("lancedb")
-        with _overrides_as_on_312():
+        as_on_312 = (
+            _overrides_as_on_312() if sys.version_info < (3, 12) else contextlib.nullcontext()
+        )
+        with as_on_312:
             return importlib.import_module("lancedb")
 
 
