@@ -12,7 +12,7 @@ from typing import Any
 
 from crow.extensions import VERDICT
 
-from .judge import ToolCallView, TurnView
+from .verdict import ToolCallView, TurnView
 
 __all__ = ["TurnFolder", "text_of"]
 
