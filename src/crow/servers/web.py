@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Awaitable
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -75,7 +76,16 @@ def _result(
     )
 
 
-async def _search(web: Web, search_url: str | None, query: str, limit: int) -> str:
+async def _answer(tool: str, work: Awaitable[CallToolResult]) -> CallToolResult:
+    """The tool's result, or its failure as an ``is_error`` result of one sentence."""
+    try:
+        return await work
+    except ToolError as exc:
+        logger.info("%s failed: %s", tool, exc)
+        return _result(str(exc), is_error=True)
+
+
+async def _search(web: Web, search_url: str | None, query: str, limit: int) -> CallToolResult:
     if search_url is None:
         raise ToolError(NOT_CONFIGURED)
     query = query.strip()
@@ -102,7 +112,7 @@ async def _search(web: Web, search_url: str | None, query: str, limit: int) -> s
         raise ToolError(
             f"The search endpoint {redact_url(search_url)} returned JSON without a results list."
         )
-    return _format_results(query, results, limit)
+    return _result(_format_results(query, results, limit))
 
 
 async def _fetch(web: Web, url: str, limit: int) -> CallToolResult:
@@ -194,11 +204,7 @@ def build_server(
         query: Annotated[str, Field(description="What to search for.")],
         limit: Annotated[int, Field(description="Maximum number of results (1-50).")] = 8,
     ) -> CallToolResult:
-        try:
-            return _result(await _search(web, search_url, query, limit))
-        except ToolError as exc:
-            logger.info("search failed: %s", exc)
-            return _result(str(exc), is_error=True)
+        return await _answer("search", _search(web, search_url, query, limit))
 
     @server.tool(
         name="fetch",
@@ -220,11 +226,7 @@ def build_server(
         ] = None,
     ) -> CallToolResult:
         limit = default_max_chars if max_chars is None else max_chars
-        try:
-            return await _fetch(web, url, limit)
-        except ToolError as exc:
-            logger.info("fetch failed: %s", exc)
-            return _result(str(exc), is_error=True)
+        return await _answer("fetch", _fetch(web, url, limit))
 
     return server
 
