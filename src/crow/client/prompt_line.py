@@ -31,6 +31,7 @@ from prompt_toolkit.output import Output, create_output
 
 from crow.acp import Session, schema
 from crow.config import Paths
+from crow.private import private_dir, private_file
 
 from .asking import CANCELLED, _selected, pick, question_lines
 from .console import Console
@@ -76,9 +77,7 @@ class _Wake(Exception):
 
 def _history() -> History:
     home = Paths.from_env().home
-    try:
-        from crow.private import private_dir, private_file  # 0700 / 0600: prompts are private
-
+    try:  # 0700 / 0600: prompts are private
         private_file(private_dir(home) / "history")
     except OSError:
         return InMemoryHistory()

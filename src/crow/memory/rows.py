@@ -105,7 +105,7 @@ def fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
 
 def upsert(table: Any, row: dict[str, Any]) -> None:
     """Replace a memory in one commit (a reader never sees it missing)."""
-    import pyarrow as pa
+    import pyarrow as pa  # with LanceDB: only once memories are written (store.db)
 
     data = pa.Table.from_pylist([fit(table, row)], schema=table.schema)
     table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)

@@ -107,7 +107,7 @@ class MemoryStore:
         even without its REST client (lance_import), which a store nobody wrote to
         never pays."""
         if self._db is None:
-            from .lance_import import lancedb as import_lancedb
+            from .lance_import import lancedb as import_lancedb  # ~1 s: see the docstring
 
             lancedb = import_lancedb()
 
@@ -141,7 +141,7 @@ class MemoryStore:
         return self.db.open_table(TABLE)
 
     def _schema(self, dimension: int | None) -> Any:
-        import pyarrow as pa
+        import pyarrow as pa  # with LanceDB: only once memories are written (see db)
 
         fields = [
             pa.field("id", pa.string(), nullable=False),
@@ -161,7 +161,7 @@ class MemoryStore:
         return pa.schema(fields, metadata={EMBEDDER_KEY: name.encode()})
 
     def _create(self, schema: Any, rows: list[dict[str, Any]], *, replace: bool = False) -> Any:
-        from lancedb.index import FTS
+        from lancedb.index import FTS  # LanceDB loads on first use (see db)
 
         mode = "overwrite" if replace else "create"
         table = self.db.create_table(TABLE, schema=schema, mode=mode, exist_ok=not replace)
