@@ -23,9 +23,7 @@ the check in crow.orchestra.evidence; they are named here too, for callers of th
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -38,15 +36,14 @@ from crow.extensions import (
     MAX_VERDICT_CHARS,
     POST_JUDGING,
     POST_VERDICT,
-    VERDICT,
 )
 from crow.models.errors import ModelError
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
 
 from .evidence import run_check
+from .turns import LiveTurns
 from .verdict import (
-    OUTPUT_CHARS,
     Check,
     Round,
     ToolCallView,
@@ -104,81 +101,6 @@ FORCE_VERDICT = {"type": "function", "function": {"name": "verdict"}}
 # ---- watching ------------------------------------------------------------------------
 
 
-class _Turns:
-    """Folds a session's live updates into turns; finished ones go to a queue."""
-
-    def __init__(self, client: ClientSide, session_id: str) -> None:
-        self.client, self.session_id = client, session_id
-        self.current: TurnView | None = None
-        self.messages: list[str] = []  # the agent's message ids in the current turn
-        self.calls: list[str] = []
-        self.judging: set[str] = set()  # the tool calls judges showed at work
-        self.active = False  # running or requires_action seen since its user_message
-        self.replaying = False  # a resume's replay: its turns ran (a replay has no states)
-        self.done: asyncio.Queue[TurnView] = asyncio.Queue()
-
-    def __call__(self, session_id: str, update: Any) -> None:
-        if session_id != self.session_id:
-            return
-        kind = getattr(update, "session_update", None)
-        if kind == "user_message":
-            origin = _meta(update).get(FROM)
-            self.current = TurnView(
-                message_id=update.message_id, origin=origin if isinstance(origin, str) else None
-            )
-            self.messages, self.calls, self.active = [], [], self.replaying
-        elif self.current is None:
-            return  # before the first turn seen live: the worker's earlier state
-        elif kind in ("agent_message", "agent_message_chunk"):
-            meta = _meta(update)
-            verdict = meta.get(VERDICT)
-            if self.replaying and isinstance(verdict, dict):
-                if verdict.get("turnMessageId") == self.current.message_id:
-                    self.current = None  # judged before: the history holds its verdict
-            elif VERDICT not in meta and "crow/notice" not in meta:
-                self.messages.append(update.message_id)
-        elif kind == "tool_call_update":
-            if JUDGING in _meta(update):  # a judge's own (in a replay): not the turn's
-                self.judging.add(update.tool_call_id)
-            elif update.tool_call_id not in self.judging:
-                self.calls.append(update.tool_call_id)
-        elif kind == "state_update" and update.state in ("running", "requires_action"):
-            self.active = True
-        elif kind == "state_update" and update.state == "idle" and self.active:
-            self.done.put_nowait(self._finish(getattr(update, "stop_reason", None)))
-
-    def _finish(self, stop_reason: Any) -> TurnView:
-        turn, self.current = self.current, None
-        assert turn is not None
-        projection = self.client.projection(self.session_id)
-        user = projection.messages.get(turn.message_id)
-        turn.request = user.text if user else ""
-        texts = [projection.messages[i].text for i in dict.fromkeys(self.messages)]
-        turn.reply = "\n".join(t for t in texts if t)
-        for call_id in dict.fromkeys(self.calls):
-            call = projection.tool_calls[call_id]
-            output = " ".join(
-                getattr(getattr(c, "content", None), "text", "") for c in call.content
-            )
-            turn.tool_calls.append(
-                ToolCallView(
-                    title=call.title or call_id,
-                    kind=call.kind,
-                    status=call.status,
-                    input=call.fields.get("raw_input"),
-                    output=output.strip() or _raw_text(call.fields.get("raw_output")),
-                )
-            )
-        turn.stop_reason = None if stop_reason is None else str(stop_reason)
-        return turn
-
-
-def _meta(update: Any) -> dict[str, Any]:
-    """An update's ``_meta`` (UNSET, None or not a dict: empty)."""
-    meta = getattr(update, "meta", None)
-    return meta if isinstance(meta, dict) else {}
-
-
 async def watch(
     client: ClientSide,
     session_id: str,
@@ -196,7 +118,7 @@ async def watch(
     With ``replay_after`` (a ``_crow/after`` cursor: the seq of the last update
     already judged, 0 for the start) the turns logged after it are read first, and one
     that ended before the judge came (the judge was down) is yielded too."""
-    turns = _Turns(client, session_id)
+    turns = LiveTurns(client, session_id)
     client.on_update(turns)
     if cwd is None:
         cwd = await _cwd_of(client, session_id)
@@ -353,11 +275,3 @@ async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> b
     except AcpError:
         return False
     return True
-
-
-def _raw_text(value: Any) -> str:
-    if isinstance(value, dict):
-        for key in ("text", "output", "content"):
-            if isinstance(value.get(key), str):
-                return str(value[key])
-    return "" if value is None else json.dumps(value, ensure_ascii=False)[:OUTPUT_CHARS]
