@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 from crow.acp import AcpError, RequestCancelled, Session, schema
+from crow.acp.transports.http_client import split_token
 from crow.extensions import INSERT, QUEUE, TURN_ENDED
 
 from .args import no_such_session, usage_problem
@@ -411,6 +412,4 @@ class Chat:
 
 
 def _bare(url: str) -> str:
-    from crow.acp.transports.http_client import split_token
-
     return split_token(url)[0]

@@ -50,6 +50,7 @@ from typing import Any
 import orjson
 
 from crow.acp.proxy import ProxySide
+from crow.agent.session import now
 from crow.extensions import VERDICT, VERIFIED_ABOVE, VERIFY
 from crow.store.aio import AsyncStore
 from crow.store.db import StoreError
@@ -70,8 +71,6 @@ TITLE_CHARS = 80
 
 
 def _now() -> str:
-    from crow.agent.session import now
-
     return now()
 
 
