@@ -6,7 +6,7 @@ speaks v1 on it (framing, v1 models, dispatch); ``V1Agent`` implements its
 ``Agent`` interface on ``CrowAgent``, so a session is one session whichever
 protocol created it, and resumes over the other.  ``V1Watcher`` is the
 connection's ``Watcher``: each logged v2 update goes out translated
-(``v1_translate``), in the log's order.
+(``translate``), in the log's order.
 
 Mapping decisions (ACP-V2.md §12):
 
@@ -20,7 +20,7 @@ Mapping decisions (ACP-V2.md §12):
   ``session/resume`` = resume without replay.  The ``model`` select option is a
   v1 config option (``session/set_config_option``); no modes, no auth.
 - Permission questions: v2 ``title``/``subject`` → v1 ``toolCall``
-  (``v1_translate.permission_params``); the v1 outcome comes back as the v2
+  (``translate.permission_params``); the v1 outcome comes back as the v2
   outcome.  v1 cannot withdraw a question: a late answer is ignored.
 """
 
@@ -44,9 +44,9 @@ from crow.acp import AcpError, schema
 from crow.acp.jsonrpc import EOF_GRACE_S, Transport
 from crow.acp.router import MessageTransport
 
-from .service import CrowAgent
-from .turn import Turn
-from .v1_translate import SessionTranslator, config_options, permission_params
+from ..service import CrowAgent
+from ..turn import Turn
+from .translate import SessionTranslator, config_options, permission_params
 
 __all__ = ["V1Agent", "V1Watcher", "serve_v1"]
 
