@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
 from crow.config import Config
+from crow.ids import now
 from crow.redact import redact_url
 
 from . import compaction, memory
-from .session import now
 
 if TYPE_CHECKING:
     from .turn import Turn

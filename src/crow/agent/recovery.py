@@ -27,10 +27,9 @@ import orjson
 from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, ToolCall, schema
+from crow.ids import new_id, now
 from crow.store.db import SessionRecord, Store
 from crow.store.lease import expiry, owner_alive, this_process
-
-from .session import new_id, now
 
 __all__ = ["INTERRUPTED", "Closing", "close_interrupted_turns", "closing_for", "is_orphaned"]
 

@@ -44,6 +44,7 @@ from crow.acp import (
 )
 from crow.config import Config
 from crow.extensions import FROM, JUDGE_OF, POST_JUDGING, POST_VERDICT, VERIFY
+from crow.ids import new_id, now
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore, settled
@@ -55,7 +56,7 @@ from .content import prompt_capabilities, to_user_content
 from .queue import insert_mode
 from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns, is_orphaned
-from .session import LiveSession, new_id, now
+from .session import LiveSession
 from .shared_questions import SharedQuestions
 from .shared_queue import SharedQueue
 from .slow_exit import REPORT_AFTER_S, report_if_slow

@@ -10,15 +10,14 @@ doubled; a crash can lose nothing a client has seen.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from crow.extensions import WAIT_OVER
+from crow.ids import new_id, now
 from crow.store.aio import AsyncStore, retrieved, settled
 from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
 from crow.tools.hub import ToolHub
@@ -31,18 +30,10 @@ from .watchers import Watcher
 if TYPE_CHECKING:
     from .turn import Turn
 
-__all__ = ["LiveSession", "new_id", "now"]
+__all__ = ["LiveSession"]
 
 #: A wait shorter than this is not worth a notice: it would flicker past.
 NOTICE_WAITS_AFTER_S = 0.25
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass(eq=False)

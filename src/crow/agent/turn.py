@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from crow.extensions import FROM, TURN_ENDED
+from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
     FallingBack,
@@ -57,7 +58,7 @@ from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
 
 from . import commands, compaction, instructions, memory
-from .session import LiveSession, new_id, now
+from .session import LiveSession
 from .toolrun import ToolRunner
 
 if TYPE_CHECKING:

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from crow.acp import InvalidParams
 from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+from crow.ids import new_id, now
 from crow.verdict_proof import KeyHandout, new_key, sign
 
-from .session import LiveSession, new_id, now
+from .session import LiveSession
 
 if TYPE_CHECKING:
     from .service import CrowAgent

@@ -70,7 +70,7 @@ TITLE_CHARS = 80
 
 
 def _now() -> str:
-    from crow.agent.session import now
+    from crow.ids import now
 
     return now()
 
