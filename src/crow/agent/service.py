@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 import orjson
 
@@ -53,6 +53,7 @@ from crow.store.lease import RENEW_EVERY_S, expiry, this_process
 
 from . import commands, verdicts
 from .content import prompt_capabilities, to_user_content
+from .host import Follower
 from .queue import insert_mode
 from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns, is_orphaned
@@ -77,17 +78,6 @@ ORPHAN_SWEEP_S = 5.0
 #: Crow's own replay cursor: {"type": "_crow/after", "seq": N} replays the updates after N.
 AFTER_CURSOR = "_crow/after"
 SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
-
-
-class Follower(Protocol):
-    """Crow's own judge inside ``crow serve`` (crow.orchestra.resident): told which
-    sessions to verify; it watches them over an in-process connection of followers."""
-
-    def follow(self, session: LiveSession) -> None: ...
-
-    def unfollow(self, session_id: str) -> None: ...
-
-    async def aclose(self) -> None: ...
 
 
 class CrowAgent:

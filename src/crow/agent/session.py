@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -27,13 +27,32 @@ from .asking import Question
 from .queue import HeldPrompts
 from .watchers import Watcher
 
-if TYPE_CHECKING:
-    from .turn import Turn
-
-__all__ = ["LiveSession"]
+__all__ = ["LiveSession", "RunningTurn"]
 
 #: A wait shorter than this is not worth a notice: it would flicker past.
 NOTICE_WAITS_AFTER_S = 0.25
+
+
+class RunningTurn(Protocol):
+    """What a session and its agent need of the turn it runs (crow.agent.turn.Turn)."""
+
+    task: asyncio.Task[None] | None
+    takes_steers: bool  # the react loop runs: a prompt may join it
+
+    @property
+    def done(self) -> bool:
+        """Its idle has gone out, or it is over."""
+        ...
+
+    def cancel(self, reason: str) -> None: ...
+
+    async def wait(self) -> None: ...
+
+    async def steer(
+        self, blocks: list[Any], content: list[dict[str, Any]], origin: str | None
+    ) -> str:
+        """Put a prompt into the running turn; returns its message id."""
+        ...
 
 
 @dataclass(eq=False)
@@ -46,7 +65,7 @@ class LiveSession:
     state: str = "idle"  # idle | running | requires_action
     stop_reason: str | None = None
     watchers: set[Watcher] = field(default_factory=set)
-    turn: Turn | None = None  # the latest turn; running while ``busy``
+    turn: RunningTurn | None = None  # the latest turn; running while ``busy``
     starting: asyncio.Future[None] | None = None  # set while a prompt is being accepted
     cancel_on_start: str | None = None  # a cancel that came while it was
     title: str | None = None

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -58,11 +58,9 @@ from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
 
 from . import commands, compaction, instructions, memory
+from .host import TurnHost
 from .session import LiveSession
 from .toolrun import ToolRunner
-
-if TYPE_CHECKING:
-    from .service import CrowAgent
 
 __all__ = ["Turn"]
 
@@ -96,16 +94,16 @@ class Reply:
 class Turn:
     def __init__(
         self,
-        agent: CrowAgent,
+        host: TurnHost,
         session: LiveSession,
         *,
         message_id: str,
         blocks: list[Any],
         content: list[dict[str, Any]],
     ) -> None:
-        self.agent = agent
+        self.host = host
         self.session = session
-        self.store = agent.store
+        self.store = host.store
         self.message_id = message_id
         self.blocks = blocks
         self.content = content
@@ -233,7 +231,7 @@ class Turn:
         except StoreUnavailable as exc:
             self.settle_in_background(update, str(exc))
         self.ended = True
-        self.agent.advance(self.session)  # a held prompt is next
+        self.host.advance(self.session)  # a held prompt is next
 
     def settle_in_background(self, idle: dict[str, Any], why: str) -> None:
         """The store refused the turn's end: tell every watcher now, log it later."""
@@ -242,7 +240,7 @@ class Turn:
         note = _notice(f"The session store failed ({why}); this turn's end is not saved yet.")
         session.broadcast_unlogged(note)
         session.broadcast_unlogged(idle)
-        self.agent.spawn(_log_when_possible(session, [note, idle]), name=f"settle-{session.id}")
+        self.host.spawn(_log_when_possible(session, [note, idle]), name=f"settle-{session.id}")
 
     async def set_title(self) -> None:
         text = " ".join(b.text for b in self.blocks if getattr(b, "type", None) == "text")
@@ -255,7 +253,7 @@ class Turn:
 
     async def handle_command(self) -> str | None:
         """A slash command is answered here, without the model."""
-        return await commands.run(self)
+        return await commands.run(self, self.command)
 
     # ---- the react loop ---------------------------------------------------------
     async def react(self) -> str:
@@ -269,7 +267,7 @@ class Turn:
             self.takes_steers = False  # from here a prompt waits for the next turn
 
     async def steps(self, hub: ToolHub | None) -> str:
-        for _ in range(self.agent.config.max_steps):
+        for _ in range(self.host.config.max_steps):
             steered = self.steers
             reply = await self.call_model()
             if reply.finish_reason == "length":
@@ -282,7 +280,7 @@ class Turn:
                 return "end_turn"
             await self.run_tools(hub, reply)
             self.tools = [t.openai() for t in hub.tools()]  # a dead server's are gone
-        steps = self.agent.config.max_steps
+        steps = self.host.config.max_steps
         await self.note(
             f"Stopped after {steps} model calls (the limit is model.max_steps "
             "in config.toml). Send another prompt to go on.",
@@ -291,7 +289,7 @@ class Turn:
         return "max_turn_requests"
 
     async def run_tools(self, hub: ToolHub, reply: Reply) -> None:
-        config = self.agent.config
+        config = self.host.config
         runner = ToolRunner(
             self.session,
             hub,
@@ -342,16 +340,16 @@ class Turn:
     async def system_prompt(self) -> str:
         """Composed once a turn (AGENTS.md files are read then), for every model call."""
         if self.system is None:
-            spec = await self.agent.router.describe(self.session.model)
+            spec = await self.host.router.describe(self.session.model)
             takes_tools = "tools" in spec.capabilities
             offered = {t["function"]["name"] for t in self.tools} if takes_tools else set()
             self.system = await instructions.system_prompt(
-                self.agent.config, self.session.record.cwd, offered
+                self.host.config, self.session.record.cwd, offered
             )
         return self.system
 
     async def call_model(self) -> Reply:
-        spec = await self.agent.router.describe(self.session.model)
+        spec = await self.host.router.describe(self.session.model)
         messages = await self.messages()
         if _estimate_tokens(messages) > COMPACT_AT * spec.context_window:
             await compaction.compact(self, reason="the conversation nears the context window")
@@ -391,7 +389,7 @@ class Turn:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
         thought_id = new_id("msg")
-        stream = self.agent.router.stream(session.model, messages, tools=self.tools)
+        stream = self.host.router.stream(session.model, messages, tools=self.tools)
         # Deltas that arrived together are logged together (one transaction) and
         # sent together.  No wait comes between a delta with ``more`` and the next
         # event, so a burst is never left unsent.
@@ -499,7 +497,7 @@ class Turn:
         return {
             "sessionUpdate": "usage_update",
             "used": usage.prompt_tokens + usage.completion_tokens,
-            "size": self.agent.router.spec(model).context_window,
+            "size": self.host.router.spec(model).context_window,
             "_meta": {
                 "crow/model": model,
                 "crow/promptTokens": usage.prompt_tokens,
