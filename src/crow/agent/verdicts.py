@@ -1,5 +1,5 @@
 """Verdicts in sessions: who may post one, what ``_crow/verdict`` writes, and a
-session's verify setting.
+session's verify setting (and whether crow serve's own judge follows it).
 
 A judge (crow.orchestra.judge, in this process or another) posts its verdict on a
 worker's turn.  The agent puts it into the worker session as an ``agent_message``
@@ -41,6 +41,7 @@ __all__ = [
     "ensure_key",
     "handout",
     "is_judge",
+    "judge_if_verified",
     "judging",
     "judging_started",
     "may_judge",
@@ -61,6 +62,33 @@ def resident_verifies(config: dict[str, Any], every_session: bool) -> bool:
     if "judgeOf" in config:
         return False
     return bool((config.get("verify") or {}).get("on")) or every_session
+
+
+async def judge_if_verified(
+    agent: SessionHost, session: LiveSession, setting: dict[str, Any] | None = None
+) -> None:
+    """Store a new verify ``setting`` (None: unchanged); then the resident judge
+    follows the session if it is to be verified, and stops following if not.
+    Verifying starts with the next turn: the history is taken as judged."""
+    config = session.record.config
+    if setting is not None:
+        config = {**config, "verify": setting}
+    verified = resident_verifies(config, agent.config.judge.every_session)
+    if verified and "judgedSeq" not in config:
+        last = await agent.store.submit(agent.store.sync.last_seq, session.id)
+        config = {**config, "judgedSeq": last}
+    if config is not session.record.config:
+        session.record = replace(session.record, config=config)
+        await agent.store.update_session(session.id, config=config)
+    if verified:
+        session.judge = None  # crow serve's own judge takes over from a client's
+        await ensure_key(agent, session, RESIDENT)
+    if agent.judge is None:
+        return
+    if verified:
+        agent.judge.follow(session)
+    else:
+        agent.judge.unfollow(session.id)
 
 
 def is_judge(agent: SessionHost, session: LiveSession, watcher: Watcher) -> bool:

@@ -230,7 +230,7 @@ class V1Agent:
             additionalDirectories=additional_directories,
         )
         with self._calling():
-            response = await self.agent.new_session(self.watcher, params)
+            response = await self.agent.methods.new_session(self.watcher, params)
         return v1.NewSessionResponse.model_validate(
             {
                 "sessionId": response.session_id,
@@ -283,7 +283,7 @@ class V1Agent:
         if replay:
             self.watcher.forget(session_id)
         with self._calling():
-            response = await self.agent.resume_session(self.watcher, params)
+            response = await self.agent.methods.resume_session(self.watcher, params)
         return _options(response)
 
     async def list_sessions(
@@ -291,13 +291,13 @@ class V1Agent:
     ) -> v1.ListSessionsResponse:
         params = _v2_params("session/list", {}, cwd=cwd, cursor=cursor)
         with self._calling():
-            response = await self.agent.list_sessions(self.watcher, params)
+            response = await self.agent.methods.list_sessions(self.watcher, params)
         return v1.ListSessionsResponse.model_validate(response.to_wire())
 
     async def close_session(self, session_id: str, **kwargs: Any) -> v1.CloseSessionResponse:
         params = _v2_params("session/close", {"sessionId": session_id})
         with self._calling():
-            await self.agent.close_session(self.watcher, params)
+            await self.agent.methods.close_session(self.watcher, params)
         self.watcher.forget(session_id)
         return v1.CloseSessionResponse()
 
@@ -310,7 +310,7 @@ class V1Agent:
             {"sessionId": session_id, "configId": config_id, "type": kind, "value": value},
         )
         with self._calling():
-            response = await self.agent.set_config_option(self.watcher, params)
+            response = await self.agent.methods.set_config_option(self.watcher, params)
         return v1.SetSessionConfigOptionResponse.model_validate(
             {"configOptions": _options(response)}
         )
@@ -324,7 +324,7 @@ class V1Agent:
             # v1 keeps v1's meaning: the answer comes when the turn ends; on a busy
             # session the prompt is held like a v2 one (there is no steering in v1).
             mode = "reject" if self.agent.config.session.while_busy == "reject" else "queue"
-            turn = await self.agent.take_prompt(session, self.watcher, blocks, mode=mode)
+            turn = await self.agent.prompts.take_prompt(session, self.watcher, blocks, mode=mode)
             assert isinstance(turn, Turn)
         # Before the turn's first update: this client shows its own prompt.
         self.watcher.translator(session_id).own_prompts.add(turn.message_id)
