@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -42,13 +41,8 @@ from crow.extensions import FROM, TURN_ENDED
 from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
-    FallingBack,
     Finished,
-    Loading,
     ReasoningDelta,
-    Retrying,
-    Stripped,
-    Substituted,
     TextDelta,
     ToolCallDelta,
     Usage,
@@ -58,7 +52,9 @@ from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
 
 from . import commands, compaction, instructions, memory
+from .history import DURING_REPLY, estimate_tokens, in_model_order
 from .host import TurnHost
+from .reply import Reply, accumulate, add_delta, tell
 from .session import LiveSession
 from .toolrun import ToolRunner
 
@@ -70,25 +66,9 @@ log = logging.getLogger("crow.agent")
 #: the model's context window (the estimate is rough: about 4 characters a token).
 COMPACT_AT = 0.8
 TITLE_CHARS = 80
-#: The mark of a transcript message steered in while a model reply streamed
-#: (taken off before the model sees it).
-DURING_REPLY = "_crow_during_reply"
 #: How long a turn whose end could not be logged keeps trying, and how often.
 SETTLE_FOR_S = 300.0
 SETTLE_EVERY_S = 1.0
-
-
-@dataclass
-class Reply:
-    """What one model call produced."""
-
-    message_id: str
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str | None = None
-    model: str | None = None
-    usage: Usage | None = None
 
 
 class Turn:
@@ -335,7 +315,7 @@ class Turn:
                 out.append({"role": "user", "content": compaction.summary_text(entry.message)})
             else:
                 out.append(entry.message)
-        return _tool_results_first(_after_their_replies(out))
+        return in_model_order(out)
 
     async def system_prompt(self) -> str:
         """Composed once a turn (AGENTS.md files are read then), for every model call."""
@@ -351,7 +331,7 @@ class Turn:
     async def call_model(self) -> Reply:
         spec = await self.host.router.describe(self.session.model)
         messages = await self.messages()
-        if _estimate_tokens(messages) > COMPACT_AT * spec.context_window:
+        if estimate_tokens(messages) > COMPACT_AT * spec.context_window:
             await compaction.compact(self, reason="the conversation nears the context window")
             messages = await self.messages()
         try:
@@ -368,23 +348,6 @@ class Turn:
         finally:
             self.in_reply = False
 
-    @staticmethod
-    def _add_delta(
-        event: TextDelta | ReasoningDelta, reply: Reply, thought_id: str
-    ) -> dict[str, Any]:
-        """Add a delta to the reply (or its reasoning); returns the update it goes out as."""
-        if isinstance(event, TextDelta):
-            reply.text.append(event.text)
-            kind, message_id = "agent_message_chunk", reply.message_id
-        else:
-            reply.reasoning.append(event.text)
-            kind, message_id = "agent_thought_chunk", thought_id
-        return {
-            "sessionUpdate": kind,
-            "messageId": message_id,
-            "content": {"type": "text", "text": event.text},
-        }
-
     async def stream_reply(self, messages: list[dict[str, Any]]) -> Reply:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
@@ -396,7 +359,7 @@ class Turn:
         burst: list[dict[str, Any]] = []
         async for event in stream:
             if isinstance(event, TextDelta | ReasoningDelta):
-                burst.append(self._add_delta(event, reply, thought_id))
+                burst.append(add_delta(event, reply, thought_id))
                 if not event.more:
                     await session.emit_together(*burst)
                     burst.clear()
@@ -405,7 +368,7 @@ class Turn:
                 await session.emit_together(*burst)
                 burst.clear()
             if isinstance(event, ToolCallDelta):
-                _accumulate(reply.tool_calls, event)
+                accumulate(reply.tool_calls, event)
             elif isinstance(event, Finished):
                 reply.finish_reason, reply.model, reply.usage = (
                     event.finish_reason,
@@ -413,37 +376,8 @@ class Turn:
                     event.usage,
                 )
                 session.answered_by = event.model
-            elif isinstance(event, FallingBack) and event.guessed:
-                note = f"using the embedded model {event.to_model} ({event.reason})"
-                await self.note(note, "info")
-            elif isinstance(event, FallingBack):
-                await self.note(
-                    f"{event.from_model} failed ({event.reason}); {event.to_model} takes over.",
-                    "warning",
-                )
-            elif isinstance(event, Substituted):
-                await self.note(
-                    f"ollama has no {event.model}; using {event.model_id}, a model it has "
-                    f"(ollama pull {event.model} for Crow's default)",
-                    "info",
-                )
-            elif isinstance(event, Retrying):
-                asked = ", as the server asked" if event.asked else ""
-                session.notice(
-                    f"retrying {event.model} in {_seconds(event.delay_s)}{asked} "
-                    f"({event.attempt}/{event.attempts})",
-                    "warning",
-                    description=event.reason,
-                )
-            elif isinstance(event, Loading):
-                session.notice(f"loading {event.model}", "info")
-            elif isinstance(event, Stripped):
-                kinds = " and ".join(event.modalities)
-                await self.note(
-                    f"{event.model} cannot read {kinds}: those parts of the prompt "
-                    "were replaced by a note.",
-                    "warning",
-                )
+            else:
+                await tell(session, event)
         if burst:
             await session.emit_together(*burst)
         if reply.reasoning:
@@ -561,70 +495,3 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-
-
-def _accumulate(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
-    call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
-    call["id"] = delta.id or call["id"]
-    call["name"] += delta.name or ""
-    call["arguments"] += delta.arguments
-
-
-def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    return len(orjson.dumps(messages)) // 4
-
-
-def _after_their_replies(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each prompt steered in while a reply streamed moved after that
-    reply (saved once it was whole, so after it), and the mark taken off."""
-    out: list[dict[str, Any]] = []
-    steered: list[dict[str, Any]] = []
-    for message in messages:
-        if message.get(DURING_REPLY):
-            steered.append({k: v for k, v in message.items() if k != DURING_REPLY})
-            continue
-        if message.get("role") == "assistant":
-            out.append(message)
-        else:
-            out += steered  # no reply followed (cancelled): where it was
-            steered = []
-            out.append(message)
-            continue
-        out += steered
-        steered = []
-    return out + steered
-
-
-def _tool_results_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with the results of an assistant message's tool calls right after
-    it: a prompt steered in while the calls ran was saved before their results, and
-    the model's API refuses a tool result that does not follow its call."""
-    out: list[dict[str, Any]] = []
-    waiting: set[str] = set()  # calls of the last assistant message not answered yet
-    moved: list[dict[str, Any]] = []  # what came between them and their results
-    for message in messages:
-        role = message.get("role")
-        if role == "tool" and message.get("tool_call_id") in waiting:
-            waiting.discard(message["tool_call_id"])
-            out.append(message)
-            if not waiting:
-                out += moved
-                moved = []
-            continue
-        if waiting and role != "tool":
-            moved.append(message)
-            continue
-        out += moved
-        moved = []
-        out.append(message)
-        calls = message.get("tool_calls") if role == "assistant" else None
-        waiting = {str(c.get("id")) for c in calls or [] if isinstance(c, dict)}
-    return out + moved
-
-
-def _seconds(value: float) -> str:
-    """A wait for people: "0.3 s", "4 s", "1 min 30 s"."""
-    if value < 10:
-        return f"{value:.1f} s"
-    minutes, seconds = divmod(round(value), 60)
-    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
