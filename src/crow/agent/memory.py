@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crow.extensions import RECALLED
+from crow.ids import new_id
 from crow.memory import has_memories
 from crow.memory.scopes import MemoryError, MemoryPlace
 
@@ -84,7 +84,7 @@ async def recall_into(turn: TurnContext) -> None:
     await turn.session.emit(
         {
             "sessionUpdate": "tool_call_update",
-            "toolCallId": f"tc_{uuid.uuid4().hex[:16]}",
+            "toolCallId": new_id("tc"),
             "title": f"Recalled {count}",
             "kind": "search",
             "status": "completed",

@@ -49,6 +49,7 @@ from crow.models.router import ModelRouter
 from crow.store.aio import AsyncStore
 from crow.store.db import SessionRecord, Store, StoreUnavailable
 from crow.store.lease import this_process
+from crow.tools.acp_mcp import AcpMcpLinks
 
 from . import verdicts
 from .cluster import Cluster
@@ -140,8 +141,6 @@ class CrowAgent:
         for method, handler in handlers.items():
             side.handle(method, _bind(handler, watcher))
         if self.config.tools.acp_servers and not follower:
-            from crow.tools.acp_mcp import AcpMcpLinks
-
             links = watcher.mcp_links = AcpMcpLinks(side.peer)
             side.handle("mcp/message", lambda params: links.on_request(params.model_extra))
             side.handle_notification(

@@ -27,10 +27,20 @@ from .asking import Question
 from .queue import HeldPrompts
 from .watchers import Watcher
 
-__all__ = ["LiveSession", "RunningTurn"]
+__all__ = ["LiveSession", "RunningTurn", "note_update"]
 
 #: A wait shorter than this is not worth a notice: it would flicker past.
 NOTICE_WAITS_AFTER_S = 0.25
+
+
+def note_update(text: str, severity: str) -> dict[str, Any]:
+    """A message for the user from Crow itself (not the model's words), as an update."""
+    return {
+        "sessionUpdate": "agent_message",
+        "messageId": new_id("note"),
+        "content": [{"type": "text", "text": text}],
+        "_meta": {"crow/notice": severity},
+    }
 
 
 class RunningTurn(Protocol):
@@ -147,14 +157,7 @@ class LiveSession:
 
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
-        await self.emit(
-            {
-                "sessionUpdate": "agent_message",
-                "messageId": new_id("note"),
-                "content": [{"type": "text", "text": text}],
-                "_meta": {"crow/notice": severity},
-            }
-        )
+        await self.emit(note_update(text, severity))
 
     @property
     def id(self) -> str:

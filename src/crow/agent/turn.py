@@ -55,7 +55,7 @@ from . import commands, compaction, instructions, memory
 from .history import DURING_REPLY, estimate_tokens, in_model_order
 from .host import TurnHost
 from .reply import Reply, accumulate, add_delta, tell
-from .session import LiveSession
+from .session import LiveSession, note_update
 from .toolrun import ToolRunner
 
 __all__ = ["Turn"]
@@ -217,7 +217,8 @@ class Turn:
         """The store refused the turn's end: tell every watcher now, log it later."""
         session = self.session
         log.error("session %s: could not log the end of the turn: %s", session.id, why)
-        note = _notice(f"The session store failed ({why}); this turn's end is not saved yet.")
+        text = f"The session store failed ({why}); this turn's end is not saved yet."
+        note = note_update(text, "error")
         session.broadcast_unlogged(note)
         session.broadcast_unlogged(idle)
         self.host.spawn(_log_when_possible(session, [note, idle]), name=f"settle-{session.id}")
@@ -448,15 +449,6 @@ class Turn:
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
         await self.session.note(text, severity)
-
-
-def _notice(text: str) -> dict[str, Any]:
-    return {
-        "sessionUpdate": "agent_message",
-        "messageId": new_id("note"),
-        "content": [{"type": "text", "text": text}],
-        "_meta": {"crow/notice": "error"},
-    }
 
 
 async def _log_when_possible(session: LiveSession, updates: list[dict[str, Any]]) -> None:
