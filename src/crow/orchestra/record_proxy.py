@@ -50,7 +50,7 @@ from typing import Any
 import orjson
 
 from crow.acp.proxy import ProxySide
-from crow.agent.session import now
+from crow.ids import now
 from crow.extensions import VERDICT, VERIFIED_ABOVE, VERIFY
 from crow.store.aio import AsyncStore
 from crow.store.db import StoreError
