@@ -26,14 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .client import args as client_args
-from .config import ConfigError, Paths, load_config
-from .memory import commands as memory_commands  # light: the store loads when run
+from ..client import args as client_args
+from ..config import ConfigError, Paths, load_config
+from ..memory import commands as memory_commands  # light: the store loads when run
 
 # Light modules: what they run loads when they are run.
-from .orchestra import chain_command, proxy_command
-from .orchestra import command as judge_command
-from .store import commands as store_commands
+from ..orchestra import chain_command, proxy_command
+from ..orchestra import command as judge_command
+from ..store import commands as store_commands
 
 EXIT_USAGE = 2
 EXIT_ADDRESS_IN_USE = 3  # crow serve --http: the port is taken
@@ -67,7 +67,7 @@ def run() -> None:
     # Ctrl-C from here on (the interpreter joining a worker thread, say) leaves at once,
     # quietly: the command is done.
     signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
-    from .imports import importing
+    from ..imports import importing
 
     if importing():  # an import thread must not meet the interpreter's finalization
         _tell_the_reaper()
@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("server", choices=["fs", "terminal", "web", "memory"])
     mcp.add_argument("args", nargs=argparse.REMAINDER, help="the server's own options (--help)")
 
-    from .tools import remembered  # light: the argument definitions
+    from ..tools import remembered  # light: the argument definitions
 
     remembered.add_arguments(
         commands.add_parser(
@@ -252,8 +252,8 @@ WIRE_COMMANDS = frozenset({"serve", "mcp", "conductor", "proxy"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    from . import pipes
-    from .cli_checks import check_args, parse
+    from .. import pipes
+    from ..cli_checks import check_args, parse
 
     parser = build_parser()
     pipes.guard(_exit_now)  # a reader that goes away ends the command quietly (crow.pipes) ...
@@ -285,7 +285,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.subcommand == "memory":
         return memory_commands.main(args)
     if args.subcommand == "sessions" and args.action == "list" and not (args.url or args.command):
-        from .client.session_list import list_local  # the store itself: fast
+        from ..client.session_list import list_local  # the store itself: fast
 
         return list_local(args)
     if args.subcommand in ("run", "chat", "sessions"):
@@ -299,15 +299,15 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.subcommand == "init":
         return _init(args)
     if args.subcommand == "models":
-        from .models import listing
+        from ..models import listing
 
         return asyncio.run(listing.main(args))
     if args.subcommand == "permissions":
-        from .tools.remembered import main as permissions
+        from ..tools.remembered import main as permissions
 
         return permissions(args)
     if args.subcommand == "completion":
-        from .completion import script
+        from ..completion import script
 
         print(script(build_parser(), args.shell), end="")
         return 0
@@ -323,10 +323,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from .redact import register_config_secrets
+    from ..redact import register_config_secrets
 
     register_config_secrets(config)  # their values are masked in every log line
-    from .gc_tuning import tune_for_serving
+    from ..gc_tuning import tune_for_serving
 
     tune_for_serving()
     if args.http:
@@ -337,8 +337,8 @@ def _serve(args: argparse.Namespace) -> int:
             "to talk with Crow yourself, run crow chat (Ctrl-D leaves this)",
             file=sys.stderr,
         )
-    from .agent.memory_debug import run_with_debug_hooks
-    from .agent.serve import serve_stdio  # not needed for --help
+    from ..agent.memory_debug import run_with_debug_hooks
+    from ..agent.serve import serve_stdio  # not needed for --help
 
     _run_server(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
     _exit_now(0)
@@ -347,10 +347,10 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_server(serving: Any) -> None:
     """Run a server to its end; a store that cannot be opened (a PostgreSQL server
     down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
-    from .agent.serve_http import AddressInUse, ServeError
-    from .agent.slow_exit import serve_then_leave
-    from .event_loop import run
-    from .store.db import StoreError
+    from ..agent.serve_http import AddressInUse, ServeError
+    from ..agent.slow_exit import serve_then_leave
+    from ..event_loop import run
+    from ..store.db import StoreError
 
     leaving = serve_then_leave(serving, _exit_now)
     try:
@@ -367,8 +367,8 @@ def _run_server(serving: Any) -> None:
 
 def _add_judge(agent: Any) -> None:
     """crow serve's own judge: it verifies the sessions clients ask it to."""
-    from .agent.serve import open_follower
-    from .orchestra.resident import ResidentJudge
+    from ..agent.serve import open_follower
+    from ..orchestra.resident import ResidentJudge
 
     agent.judge = ResidentJudge(agent.config, agent.router, lambda: open_follower(agent))
 
@@ -385,9 +385,9 @@ def _exit_now(code: int) -> NoReturn:
 
 
 def _serve_http(config: Any, args: argparse.Namespace) -> int:
-    from .acp.transports.http_server import HttpLimits
-    from .agent.memory_debug import run_with_debug_hooks
-    from .agent.serve_http import ServeError, security_for, serve_http
+    from ..acp.transports.http_server import HttpLimits
+    from ..agent.memory_debug import run_with_debug_hooks
+    from ..agent.serve_http import ServeError, security_for, serve_http
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
@@ -421,7 +421,7 @@ def _mcp(server: str, argv: list[str]) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     """Write a config.toml for the models this machine has (crow.config_template)."""
-    from .config_template import detect, write_default_config
+    from ..config_template import detect, write_default_config
 
     paths = Paths.from_env()
     if paths.config_file.exists() and not args.force:
@@ -461,8 +461,8 @@ def _setup_logging(logs: Path, level: str) -> None:
 
     Both handlers mask credentials (``crow.redact``); the folders are 0700 and
     crow.log 0600 (``crow.private``), whatever the umask."""
-    from .private import private_dir, private_file
-    from .redact import RedactingFilter
+    from ..private import private_dir, private_file
+    from ..redact import RedactingFilter
 
     root = logging.getLogger()
     root.setLevel(logging.INFO)
