@@ -307,7 +307,7 @@ def _dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         return permissions(args)
     if args.subcommand == "completion":
-        from ..completion import script
+        from .completion import script
 
         print(script(build_parser(), args.shell), end="")
         return 0
