@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from ..client import args as client_args
 from ..config import ConfigError, Paths, load_config
-from ..memory import commands as memory_commands  # light: the store loads when run
+from . import memory as memory_commands  # light: the store loads when run
 
 # Light modules: what they run loads when they are run.
 from ..orchestra import chain_command, proxy_command

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crow.memory import store as store_module
-from crow.memory.commands import _stamp, split_markdown
+from crow.cli.memory import _stamp, split_markdown
 from crow.memory.store import Memory, MemoryStore
 
 

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .scopes import MemoryError, MemoryPlace
+from ..memory.scopes import MemoryError, MemoryPlace
 
 __all__ = ["add_arguments", "main", "split_markdown"]
 
@@ -69,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from crow.config import ConfigError, load_config
 
-    from .shared import shared_store
+    from ..memory.shared import shared_store
 
     try:
         config = load_config()
@@ -267,7 +267,7 @@ def split_markdown(text: str) -> list[tuple[str, list[str]]]:
 
 
 def _reindex(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
-    from .embedders import EmbedderUnavailable
+    from ..memory.embedders import EmbedderUnavailable
 
     if store.embedder is None:
         print("crow memory: no embedder is configured ([memory] embedder = none)", file=sys.stderr)
