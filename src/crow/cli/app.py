@@ -33,7 +33,7 @@ from . import memory as memory_commands  # light: the store loads when run
 # Light modules: what they run loads when they are run.
 from ..orchestra import chain_command, proxy_command
 from ..orchestra import command as judge_command
-from ..store import commands as store_commands
+from . import store as store_commands
 
 EXIT_USAGE = 2
 EXIT_ADDRESS_IN_USE = 3  # crow serve --http: the port is taken

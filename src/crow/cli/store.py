@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the store loads when the command runs (crow's start-up stays light)
-    from .db import PendingUpdate, Store
+    from ..store.db import PendingUpdate, Store
 
 __all__ = ["add_arguments", "copy_sessions", "main"]
 
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from crow.config import ConfigError, load_config
 
-    from .db import StoreError
+    from ..store.db import StoreError
 
     try:
         if args.action == "migrate":
@@ -97,7 +97,7 @@ def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
 
 
 def _message(body: str) -> dict[str, Any]:
-    from .db import _loads
+    from ..store.db import _loads
 
     return dict(_loads(body))
 
@@ -109,7 +109,7 @@ def _version(store: Store) -> int:
 
 
 def _shown(location: Path | str) -> str:
-    from .db import redact_url
+    from ..store.db import redact_url
 
     return redact_url(location) if isinstance(location, str) else str(location)
 
@@ -118,7 +118,7 @@ class _opened:
     """``with _opened(location) as store``: the store, closed after."""
 
     def __init__(self, location: Path | str) -> None:
-        from .db import open_store
+        from ..store.db import open_store
 
         self.store = open_store(location)
 
