@@ -31,8 +31,9 @@ from ..config import ConfigError, Paths, load_config
 from . import memory as memory_commands  # light: the store loads when run
 
 # Light modules: what they run loads when they are run.
-from ..orchestra import chain_command, proxy_command
-from ..orchestra import command as judge_command
+from . import conductor as chain_command
+from . import proxy as proxy_command
+from . import judge as judge_command
 from . import store as store_commands
 
 EXIT_USAGE = 2

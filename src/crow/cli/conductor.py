@@ -27,7 +27,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .conductor import Component
+    from ..orchestra.conductor import Component
 
 __all__ = ["add_arguments", "main"]
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .conductor import Component, ComponentError
+    from ..orchestra.conductor import Component, ComponentError
 
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="crow conductor: %(message)s"
@@ -90,7 +90,7 @@ async def _conduct(
     from crow.acp.transports.stdio import open_stdio
     from crow.private import open_private_append
 
-    from .conductor import Conductor, Trace
+    from ..orchestra.conductor import Conductor, Trace
 
     with contextlib.ExitStack() as stack:
         # 0600: the trace holds every prompt, reply and tool output of the chain.

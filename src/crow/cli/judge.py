@@ -90,7 +90,7 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
     from crow.imports import import_off_loop
     from crow.models.router import ModelRouter
 
-    from .judge import DEFAULT_RUBRIC, verify
+    from ..orchestra.judge import DEFAULT_RUBRIC, verify
 
     router = ModelRouter(config)
     try:

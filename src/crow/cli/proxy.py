@@ -80,8 +80,8 @@ async def _judge(args: argparse.Namespace, config: Config) -> int:
     from crow.acp.proxy import ProxySide
     from crow.models.router import ModelRouter
 
-    from .judge import DEFAULT_RUBRIC, TurnView, Verdict, ask
-    from .judge_proxy import JudgeProxy, with_check
+    from ..orchestra.judge import DEFAULT_RUBRIC, TurnView, Verdict, ask
+    from ..orchestra.judge_proxy import JudgeProxy, with_check
 
     settings = config.judge
     model = args.model or settings.model or config.chain[0]
@@ -117,7 +117,7 @@ async def _record(args: argparse.Namespace, config: Config) -> int:
     from crow.store.aio import AsyncStore
     from crow.store.db import StoreError, open_store
 
-    from .record_proxy import RecordProxy
+    from ..orchestra.record_proxy import RecordProxy
 
     try:
         store = AsyncStore(open_store(args.store or config.store_location))
@@ -141,7 +141,7 @@ async def _memory(args: argparse.Namespace, config: Config) -> int:
     from crow.memory.shared import shared_store
     from crow.servers.memory import build_server
 
-    from .memory_proxy import MemoryProxy
+    from ..orchestra.memory_proxy import MemoryProxy
 
     def make_server(cwd: str, session_id: str | None) -> Any:
         store = lambda: shared_store(config.paths.memory, config.memory)  # noqa: E731
