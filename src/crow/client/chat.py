@@ -1,6 +1,6 @@
 """``crow chat``: a line REPL that follows its session.
 
-The options and what they mean for people are in ``crow.client.args.CHAT_HELP``.
+The options and what they mean for people are in ``crow.cli.client.CHAT_HELP``.
 
 The chat is a client of one session like any other: it shows every turn of the
 session, its own or another client's (``crow.client.follow``), and its input line

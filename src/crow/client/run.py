@@ -1,6 +1,6 @@
 """``crow run``: one prompt, its reply on stdout, its outcome in the exit code.
 
-The options and what they mean for people are in ``crow.client.args.RUN_HELP``.
+The options and what they mean for people are in ``crow.cli.client.RUN_HELP``.
 """
 
 from __future__ import annotations

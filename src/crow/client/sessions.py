@@ -1,6 +1,6 @@
 """``crow sessions``: list, show (the replayed conversation as text), delete.
 
-The options and what they mean for people are in ``crow.client.args.SESSIONS_HELP``.
+The options and what they mean for people are in ``crow.cli.client.SESSIONS_HELP``.
 """
 
 from __future__ import annotations
