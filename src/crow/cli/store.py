@@ -17,14 +17,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .common import EXIT_USAGE, config_or_refuse
 
 if TYPE_CHECKING:  # the store loads when the command runs (crow's start-up stays light)
-    from ..store.db import PendingUpdate, Store
+    from ..store.db import Store
 
-__all__ = ["add_arguments", "copy_sessions", "main"]
-
-EXIT_USAGE = 2
+__all__ = ["add_arguments", "main"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,79 +37,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from crow.config import ConfigError, load_config
-
+    # The store loads when the command runs (see above).
+    from ..store.copy import copy_sessions, schema_version
     from ..store.db import StoreError
 
     try:
         if args.action == "migrate":
-            location = args.store or load_config().store_location
+            location = args.store or config_or_refuse("crow store").store_location
             with _opened(location) as store:
-                version = _version(store)
+                version = schema_version(store)
             print(f"{_shown(location)}: schema version {version}, up to date")
             return 0
         with _opened(args.source) as source, _opened(args.target) as target:
             copied, skipped = copy_sessions(source, target)
         print(f"copied {copied} sessions, {skipped} already there")
         return 0
-    except (StoreError, ConfigError, RuntimeError) as exc:
+    except (StoreError, RuntimeError) as exc:
         print(f"crow store: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
 
-def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
-    """Copy every session ``target`` lacks; returns (copied, already there)."""
-    copied = skipped = 0
-    cursor: str | None = None
-    while True:
-        page, cursor = source.list_sessions(cursor=cursor)
-        for record in page:
-            if target.get_session(record.id, include_deleted=True) is not None:
-                skipped += 1
-                continue
-            target.create_session(
-                session_id=record.id,
-                cwd=record.cwd,
-                now=record.created_at,
-                additional_directories=record.additional_directories,
-                config=record.config,
-            )
-            updates: list[PendingUpdate] = [
-                (record.id, body, None, None, None) for _, body in source.updates(record.id)
-            ]
-            if updates:
-                target.append_updates(updates)
-            rows = source.db.execute(
-                "SELECT kind, body FROM transcript WHERE session_id = ? ORDER BY seq", (record.id,)
-            ).fetchall()
-            for kind, body in rows:
-                target.append_message(record.id, _message(body), kind=kind)
-            target.update_session(
-                record.id,
-                title=record.title,
-                updated_at=record.updated_at,
-                state=record.state,
-                stop_reason=record.stop_reason,
-            )
-            copied += 1
-        if cursor is None:
-            return copied, skipped
-
-
-def _message(body: str) -> dict[str, Any]:
-    from ..store.db import _loads
-
-    return dict(_loads(body))
-
-
-def _version(store: Store) -> int:
-    if store.dialect == "postgresql":
-        return int(store.db.execute("SELECT version FROM crow_schema").fetchone()[0])
-    return int(store.db.execute("PRAGMA user_version").fetchone()[0])
-
-
 def _shown(location: Path | str) -> str:
-    from ..store.db import redact_url
+    from ..store.db import redact_url  # with the store (see main)
 
     return redact_url(location) if isinstance(location, str) else str(location)
 
@@ -118,7 +67,7 @@ class _opened:
     """``with _opened(location) as store``: the store, closed after."""
 
     def __init__(self, location: Path | str) -> None:
-        from ..store.db import open_store
+        from ..store.db import open_store  # with the store (see main)
 
         self.store = open_store(location)
 
