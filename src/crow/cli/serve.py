@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
             "to talk with Crow yourself, run crow chat (Ctrl-D leaves this)",
             file=sys.stderr,
         )
-    from ..agent.memory_debug import run_with_debug_hooks
+    from ..agent.memory_debug import run_with_debug_hooks  # the agent (start-up: see above)
     from ..agent.serve import serve_stdio
 
     _run_server(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from crow.config import ConfigError, Paths, load_config
+
 __all__ = ["no_such_session", "serve_options", "usage_problem"]
 
 
@@ -31,8 +33,6 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     if args.cwd and not os.path.isdir(args.cwd):
         return f"--cwd {args.cwd} is not an existing directory"
     if not (args.url or args.command):
-        from crow.config import ConfigError, Paths, load_config
-
         try:
             load_config(Paths.from_env(), model=args.model, base_url=args.base_url)
         except ConfigError as exc:
