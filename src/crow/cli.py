@@ -421,7 +421,7 @@ def _mcp(server: str, argv: list[str]) -> int:
 
 def _init(args: argparse.Namespace) -> int:
     """Write a config.toml for the models this machine has (crow.config_template)."""
-    from .config_template import detect, write_default_config
+    from .config.template import detect, write_default_config
 
     paths = Paths.from_env()
     if paths.config_file.exists() and not args.force:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crow.config import ConfigError, Paths, load_config
-from crow.config_template import Found, write_default_config
+from crow.config.template import Found, write_default_config
 
 
 @pytest.fixture

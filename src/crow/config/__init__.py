@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .private import tighten_file
+from ..private import tighten_file
 
 __all__ = [
     "CAPABILITIES",
@@ -280,7 +280,7 @@ class Config:
     memory: MemorySettings = field(default_factory=MemorySettings)
     judge: JudgeSettings = field(default_factory=JudgeSettings)
     store_url: str | None = None  # [store] url / CROW_STORE_URL: PostgreSQL, not the file
-    #: Tables and keys of config.toml that Crow does not read (crow.config_keys): the
+    #: Tables and keys of config.toml that Crow does not read (crow.config.keys): the
     #: ``crow`` command says them once; nothing else looks at them.
     warnings: tuple[str, ...] = ()
 
@@ -303,7 +303,7 @@ def load_config(
             data = tomllib.loads(paths.config_file.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(source, "(file)", "valid TOML", str(exc)) from None
-    from .config_keys import unknown_keys
+    from .keys import unknown_keys
 
     warnings = tuple(f"{source}: {problem}" for problem in unknown_keys(data))
     providers = _providers(source, data.get("providers", {}))
@@ -346,7 +346,7 @@ def _store_url(source: str, data: dict[str, Any]) -> str | None:
     if url in (None, ""):
         return None
     if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
-        from .redact import redact_url
+        from ..redact import redact_url
 
         shown = redact_url(url) if isinstance(url, str) else url
         if from_env:  # the environment's fault, not the file's
@@ -557,7 +557,7 @@ def embedded_spec(name: str = "") -> ModelSpec:
 
 
 def _embedded_available() -> bool:
-    from .models.local import embedded_available
+    from ..models.local import embedded_available
 
     return embedded_available()
 
@@ -859,7 +859,7 @@ def forget_permissions(paths: Paths, tools: list[str] | None) -> list[str]:
 
 
 def _write_remembered(paths: Paths, remembered: dict[str, str]) -> Path:
-    from .private import private_dir, write_private  # only when an answer is saved
+    from ..private import private_dir, write_private  # only when an answer is saved
 
     lines = ['# Permission answers saved by Crow ("always"). Edit or delete freely.', "[tools]"]
     lines += [
