@@ -24,7 +24,7 @@ def embedded(monkeypatch):
     """Whether the local extra counts as installed."""
 
     def set_installed(installed: bool) -> None:
-        monkeypatch.setattr("crow.models.local.embedded_available", lambda: installed)
+        monkeypatch.setattr("crow.extras.embedded_available", lambda: installed)
 
     return set_installed
 

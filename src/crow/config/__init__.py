@@ -557,7 +557,7 @@ def embedded_spec(name: str = "") -> ModelSpec:
 
 
 def _embedded_available() -> bool:
-    from ..models.local import embedded_available
+    from ..extras import embedded_available  # start-up: crow --version never needs hashlib
 
     return embedded_available()
 

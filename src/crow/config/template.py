@@ -19,8 +19,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL, Paths, ollama_url
 from ..private import private_dir, write_private
+from . import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL, Paths, ollama_url
 
 __all__ = ["Found", "detect", "render", "write_default_config"]
 
@@ -146,7 +146,7 @@ class Found:
 
 def detect(base_url: str | None = None) -> Found:
     """Look for models (each server is given ``PROBE_TIMEOUT_S``)."""
-    from ..models.local import embedded_available
+    from ..extras import embedded_available  # start-up: only crow init looks for the extra
 
     where = ollama_url(os.environ.get("OLLAMA_HOST", ""))
     tags = _get_json(where.removesuffix("/v1") + "/api/tags")

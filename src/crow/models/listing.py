@@ -152,7 +152,7 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
     """``ready``, or why not, without generating anything."""
     provider = config.providers[spec.provider]
     if provider.kind == "local":
-        from .local import embedded_available
+        from ..extras import embedded_available
 
         if spec.model_id == EMBEDDED_MODEL:
             return "ready" if embedded_available() else "the local extra is not installed"

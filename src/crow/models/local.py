@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import EMBEDDED_MODEL, ModelSpec
+from ..extras import RUNTIMES
 from ..model_files import SMOLLM2_GGUF, ModelFileError
 from .errors import ContextLengthExceeded, ModelRejected
 from .events import Event, Finished, Loading, Usage
@@ -42,7 +43,6 @@ __all__ = [
     "RUNTIMES",
     "RUNTIME_ENV",
     "LocalModels",
-    "embedded_available",
     "embedded_path",
     "plain_messages",
     "runtime",
@@ -50,9 +50,6 @@ __all__ = [
 
 log = logging.getLogger("crow.models")
 
-#: The runtimes, by the module each needs; the first installed is the default
-#: (mistral.rs: faster here under load, bench/local_model_bench.py).
-RUNTIMES = {"mistral.rs": "mistralrs", "llama.cpp": "llama_cpp"}
 RUNTIME_ENV = "CROW_LOCAL_RUNTIME"
 _ALIASES = {
     alias: name
@@ -84,13 +81,6 @@ def runtime() -> str:
         if importlib.util.find_spec(module) is not None:
             return name
     raise ModelRejected(f"local models need a runtime: {INSTALL}")
-
-
-def embedded_available() -> bool:
-    """The embedded model's file and a runtime are installed (nothing is imported)."""
-    if SMOLLM2_GGUF.find() is None:
-        return False
-    return any(importlib.util.find_spec(module) for module in RUNTIMES.values())
 
 
 def embedded_path() -> Path:
