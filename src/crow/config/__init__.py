@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..allow_hosts import parse_allow_host
 from ..private import tighten_file
 
 __all__ = [
@@ -784,8 +785,6 @@ def _allow_hosts(source: str, value: Any) -> tuple[str, ...]:
         raise ConfigError(source, "web.allow_hosts", expected, value)
     if value:
         # the web server's own parser, so an entry it would refuse fails here, at load time
-        from crow.servers._web_guard import parse_allow_host
-
         for entry in value:
             try:
                 parse_allow_host(entry if isinstance(entry, str) else "")
