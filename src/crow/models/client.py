@@ -34,8 +34,8 @@ from .events import (
     ReasoningDelta,
     Substituted,
     TextDelta,
-    ToolCallDelta,
     Usage,
+    deltas,
 )
 from .local import LocalModels
 
@@ -264,25 +264,3 @@ def _decode(data: bytes, model: str) -> Any:
         raise ModelOverloaded(
             f"{model}: the model server sent malformed data ({data[:80]!r})", model=model
         ) from None
-
-
-def deltas(delta: dict[str, Any]) -> list[Event]:
-    """The events in one streamed ``delta`` (a plain JSON object)."""
-    events: list[Event] = []
-    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
-        events.append(ReasoningDelta(text=reasoning))
-    content = delta.get("content")
-    if isinstance(content, str) and content:
-        events.append(TextDelta(text=content))
-    for call in delta.get("tool_calls") or []:
-        function = call.get("function") or {}
-        events.append(
-            ToolCallDelta(
-                index=int(call.get("index") or 0),
-                id=call.get("id"),
-                name=function.get("name"),
-                arguments=function.get("arguments") or "",
-            )
-        )
-    return events

@@ -37,7 +37,7 @@ from ..config import EMBEDDED_MODEL, ModelSpec
 from ..extras import RUNTIMES
 from ..model_files import SMOLLM2_GGUF, ModelFileError
 from .errors import ContextLengthExceeded, ModelRejected
-from .events import Event, Finished, Loading, Usage
+from .events import Event, Finished, Loading, Usage, deltas  # the HTTP models' delta format
 
 __all__ = [
     "RUNTIMES",
@@ -202,8 +202,6 @@ async def _generate(
     model: _Loaded, request: dict[str, Any], name: str
 ) -> AsyncGenerator[Event, None]:
     """Run one completion on the model's thread; its chunks come back through a queue."""
-    from .client import deltas  # the same delta format as the HTTP models
-
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     stop = threading.Event()
