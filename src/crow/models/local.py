@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from ..config import EMBEDDED_MODEL, ModelSpec
 from ..extras import RUNTIMES
 from ..model_files import SMOLLM2_GGUF, ModelFileError
+from .adapt import plain_messages
 from .errors import ContextLengthExceeded, ModelRejected
 from .events import Event, Finished, Loading, Usage, deltas  # the HTTP models' delta format
 
@@ -44,7 +45,6 @@ __all__ = [
     "RUNTIME_ENV",
     "LocalModels",
     "embedded_path",
-    "plain_messages",
     "runtime",
 ]
 
@@ -252,39 +252,3 @@ def _translated(exc: BaseException, name: str) -> BaseException:
     if isinstance(exc, Exception) and not isinstance(exc, ModelRejected):
         return ModelRejected(f"{name}: the local model failed: {text}", model=name)
     return exc
-
-
-def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as text turns a model without tools can take.
-
-    Tool calls and results (from an earlier model in the chain) become text, and
-    turns of the same role are joined: chat templates such as Gemma's refuse a
-    conversation whose user and assistant turns do not alternate.
-    """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role, text = message.get("role"), _text(message.get("content"))
-        if role == "tool":
-            role, text = "user", f"[tool result]\n{text}"
-        elif role == "assistant" and message.get("tool_calls"):
-            calls = ", ".join(
-                str((call.get("function") or {}).get("name")) for call in message["tool_calls"]
-            )
-            text = f"{text}\n[called tools: {calls}]".strip()
-        if role not in ("system", "user", "assistant"):
-            role = "user"
-        if out and out[-1]["role"] == role and role != "system":
-            out[-1]["content"] += f"\n\n{text}"
-        else:
-            out.append({"role": role, "content": text})
-    return out
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
-        )
-    return ""

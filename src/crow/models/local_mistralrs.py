@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .adapt import plain_messages
+
 __all__ = ["MistralRsEngine"]
 
 #: Threads for mistral.rs's CPU kernels (``CANDLE_NUM_THREADS`` overrides it).
@@ -124,8 +126,6 @@ def _with_tools(
 ) -> list[dict[str, Any]]:
     """The conversation as text, the tools described in its system message and earlier
     calls written the way the model is asked to write them."""
-    from .local import plain_messages
-
     described = "\n".join(
         f"{CALL}{t['function']['name']}: {t['function'].get('description', '')}\n"
         f"  arguments (JSON schema): {json.dumps(t['function'].get('parameters') or {})}"

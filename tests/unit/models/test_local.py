@@ -20,13 +20,13 @@ import pytest
 
 from crow.config import embedded_spec
 from crow.extras import embedded_available
+from crow.models.adapt import plain_messages
 from crow.models.errors import ModelRejected
 from crow.models.events import Finished, TextDelta, ToolCallDelta
 from crow.models.local import (
     RUNTIME_ENV,
     RUNTIMES,
     LocalModels,
-    plain_messages,
     runtime,
 )
 
