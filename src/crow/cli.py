@@ -323,7 +323,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from .redact import register_config_secrets
+    from .config.secrets import register_config_secrets
 
     register_config_secrets(config)  # their values are masked in every log line
     from .gc_tuning import tune_for_serving
