@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from ..redact import register_named, register_secret, url_password
-from . import Config
+from .settings import Config
 
 __all__ = ["register_config_secrets"]
 

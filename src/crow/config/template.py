@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..private import private_dir, write_private
-from . import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL, Paths, ollama_url
+from .chain import ollama_url
+from .paths import Paths
+from .settings import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL
 
 __all__ = ["Found", "detect", "render", "write_default_config"]
 
