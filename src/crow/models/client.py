@@ -75,7 +75,7 @@ class ModelClient:
     def _http(self, provider: ProviderSpec) -> ModelHttp:
         http = self._clients.get(provider.name)
         if http is None:
-            from .transport import ModelHttp
+            from .transport import ModelHttp  # start-up: aiohttp waits for the first call
 
             timeout = self.config.retry.timeout_s
             http = self._clients[provider.name] = ModelHttp(
@@ -233,7 +233,7 @@ def _api_key(provider: ProviderSpec) -> str | None:
 async def _ollama_pick(base_url: str, wanted: str) -> str:
     """The model id to ask zero config's ollama for: ``wanted`` if it has it (or
     cannot tell), else the first model it has (``/api/tags``)."""
-    import httpx2
+    import httpx2  # start-up: only zero config's first call asks ollama
 
     root = base_url.rstrip("/").removesuffix("/v1")
     try:

@@ -189,10 +189,10 @@ class LocalModels:
 
 def _engine(name: str, path: Path, context_window: int, embedded: bool) -> Engine:
     if name == "llama.cpp":
-        from .local_llama import LlamaCppEngine
+        from .local_llama import LlamaCppEngine  # start-up: only the runtime in use loads
 
         return LlamaCppEngine(path, context_window)
-    from .local_mistralrs import MistralRsEngine
+    from .local_mistralrs import MistralRsEngine  # start-up: as above
 
     # The embedded model is Q4_1, for which mistral.rs has no fast kernel (see there).
     return MistralRsEngine(path, context_window, requantize="q8_0" if embedded else None)

@@ -64,7 +64,7 @@ class MistralRsEngine:
     def __init__(self, path: Path, context_window: int, *, requantize: str | None = None) -> None:
         self.context_window = context_window
         with _environment(RUST_LOG="off", CANDLE_NUM_THREADS=THREADS):
-            from mistralrs import Runner, Which
+            from mistralrs import Runner, Which  # the optional local extra, quiet
 
             gguf = Which.GGUF(quantized_model_id=str(path.parent), quantized_filename=path.name)
             self.runner = Runner(
@@ -88,7 +88,7 @@ class MistralRsEngine:
             del stream  # the engine stops a sequence nobody reads
 
     def _stream(self, messages: list[dict[str, Any]], max_tokens: int, grammar: str | None) -> Any:
-        from mistralrs import ChatCompletionRequest
+        from mistralrs import ChatCompletionRequest  # the optional local extra
 
         request = ChatCompletionRequest(
             model="local",
