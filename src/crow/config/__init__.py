@@ -31,7 +31,6 @@ from .settings import (
     WHILE_BUSY,
     AcpSettings,
     Config,
-    JudgeSettings,
     Limits,
     McpServerSpec,
     MemorySettings,
@@ -39,7 +38,6 @@ from .settings import (
     ProviderSpec,
     RetryPolicy,
     ServerSettings,
-    SessionSettings,
     ToolSettings,
 )
 from .validate import ConfigError
@@ -51,7 +49,6 @@ __all__ = [
     "AcpSettings",
     "Config",
     "ConfigError",
-    "JudgeSettings",
     "Limits",
     "McpServerSpec",
     "MemorySettings",
@@ -60,7 +57,6 @@ __all__ = [
     "ProviderSpec",
     "RetryPolicy",
     "ServerSettings",
-    "SessionSettings",
     "ToolSettings",
     "embedded_spec",
     "forget_permissions",
