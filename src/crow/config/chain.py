@@ -41,6 +41,7 @@ __all__ = [
 
 
 def read_providers(source: str, raw: Any) -> dict[str, ProviderSpec]:
+    """``[providers.NAME]``: an OpenAI-compatible server, or ``kind = "local"`` files."""
     out = {}
     for name, table in as_table(source, "providers", raw).items():
         table = as_table(source, f"providers.{name}", table)
@@ -60,6 +61,7 @@ def read_providers(source: str, raw: Any) -> dict[str, ProviderSpec]:
 
 
 def read_models(source: str, raw: Any, providers: dict[str, ProviderSpec]) -> dict[str, ModelSpec]:
+    """``[models.NAME]``, each on a provider of ``providers``."""
     out = {}
     for name, table in as_table(source, "models", raw).items():
         key = f"models.{name}"
@@ -103,6 +105,7 @@ def read_models(source: str, raw: Any, providers: dict[str, ProviderSpec]) -> di
 def read_chain(
     source: str, section: dict[str, Any], models: dict[str, ModelSpec]
 ) -> tuple[str, ...]:
+    """``[model]`` default and fallback: the chain's names, the default first."""
     if not models:
         return ()
     default = section.get("default", next(iter(models)))
@@ -197,6 +200,8 @@ def override(
     model: str | None,
     base_url: str | None,
 ) -> tuple[dict[str, ProviderSpec], dict[str, ModelSpec], tuple[str, ...]]:
+    """The file's chain with ``model`` and ``base_url`` (the flags, else the
+    environment) put first: a configured name, the embedded model, or a new entry."""
     providers, models = dict(providers), dict(models)
     if model is not None and model in models and base_url is None:
         return providers, models, (model, *[m for m in chain if m != model])
