@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .. import pipes
-from ..cli_checks import check_args, parse
+from .checks import check_args, parse
 from ..imports import importing
 from ..tools import remembered
 from . import (

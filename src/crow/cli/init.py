@@ -1,5 +1,5 @@
 """``crow init``: write a config.toml for the models this machine has
-(what it finds and writes: ``crow.config_template``)."""
+(what it finds and writes: ``crow.config.template``)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def add_arguments(init: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Write a config.toml for the models this machine has (crow.config_template)."""
+    """Write a config.toml for the models this machine has (crow.config.template)."""
     # The template and the probes of ollama: only crow init needs them.
-    from ..config_template import detect, write_default_config
+    from ..config.template import detect, write_default_config
 
     paths = Paths.from_env()
     if paths.config_file.exists() and not args.force:

@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     config = config_or_refuse(paths=paths, model=args.model, base_url=args.base_url)
     # The agent's layers, imported once the command line is read (start-up: see above).
     from ..gc_tuning import tune_for_serving
-    from ..redact import register_config_secrets
+    from ..config.secrets import register_config_secrets
 
     register_config_secrets(config)  # their values are masked in every log line
     tune_for_serving()
