@@ -97,7 +97,7 @@ def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
 
 
 def _message(body: str) -> dict[str, Any]:
-    from .db import _loads
+    from .records import _loads
 
     return dict(_loads(body))
 

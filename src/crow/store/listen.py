@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .db import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
+from .postgres import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
 
 __all__ = ["follow_updates"]
 
