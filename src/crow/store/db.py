@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .postgres import PostgresStore, probe, redact_url
+from .postgres import PostgresStore, probe
 from .records import (
     HeldRow,
     PendingMessage,
@@ -18,6 +18,7 @@ from .records import (
     database_errors,
 )
 from .sqlite import Store
+from .urls import is_postgres_url, redact_url
 
 __all__ = [
     "HeldRow",
@@ -35,10 +36,6 @@ __all__ = [
     "probe",
     "redact_url",
 ]
-
-
-def is_postgres_url(location: object) -> bool:
-    return isinstance(location, str) and location.startswith(("postgresql://", "postgres://"))
 
 
 def open_store(location: Path | str) -> Store:

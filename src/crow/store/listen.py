@@ -22,9 +22,24 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from .postgres import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
+from .urls import redact_url
 
-__all__ = ["follow_updates"]
+__all__ = [
+    "CANCELS_CHANNEL",
+    "HELD_CHANNEL",
+    "QUESTIONS_CHANNEL",
+    "UPDATES_CHANNEL",
+    "follow_updates",
+]
+
+#: The PostgreSQL channel every logged update is announced on ("<session id> <seq>").
+UPDATES_CHANNEL = "crow_updates"
+#: ... and a cancelled turn, for the server running it ("<session id>").
+CANCELS_CHANNEL = "crow_cancels"
+#: ... and a permission question filed, answered or closed ("<question id>").
+QUESTIONS_CHANNEL = "crow_questions"
+#: ... and a session whose held prompts changed ("<session id>").
+HELD_CHANNEL = "crow_held"
 
 log = logging.getLogger("crow.store")
 

@@ -10,15 +10,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import select
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .listen import (
+    CANCELS_CHANNEL,
+    HELD_CHANNEL,
+    QUESTIONS_CHANNEL,
+    UPDATES_CHANNEL,
+    follow_updates,
+)
 from .migrations import migrate_postgres
 from .records import StoreError, database_errors
 from .sqlite import BUSY_TIMEOUT_MS, Store
+from .urls import redact_url
 
 log = logging.getLogger("crow.store")
 
@@ -28,14 +36,6 @@ __all__ = ["PostgresStore", "probe", "redact_url"]
 CONNECT_TIMEOUT_S = 10
 #: A PostgreSQL connection unused this long is checked before its next call.
 CHECK_AFTER_S = 5.0
-#: The PostgreSQL channel every logged update is announced on ("<session id> <seq>").
-UPDATES_CHANNEL = "crow_updates"
-#: ... and a cancelled turn, for the server running it ("<session id>").
-CANCELS_CHANNEL = "crow_cancels"
-#: ... and a permission question filed, answered or closed ("<question id>").
-QUESTIONS_CHANNEL = "crow_questions"
-#: ... and a session whose held prompts changed ("<session id>").
-HELD_CHANNEL = "crow_held"
 
 
 def _psycopg() -> Any:
@@ -99,8 +99,22 @@ class PostgresStore(Store):
             raise
         self.db = connection  # type: ignore[assignment]
 
+    shared = True
+
     def checkpoint(self) -> None:
         """PostgreSQL checkpoints by itself."""
+
+    def loop_twin(self) -> Store | None:
+        """None: a PostgreSQL call is a network round trip, the thread's to wait for."""
+        return None
+
+    def is_busy(self, exc: BaseException) -> bool:
+        return False  # no call runs on the loop to find it busy
+
+    async def follow_updates(self, *callbacks: Callable[..., None]) -> None:
+        """What every server logs, cancels, asks and holds, as it happens, until
+        cancelled (crow.store.listen)."""
+        await follow_updates(self.url, *callbacks)
 
     def announce_cancel(self, session_id: str) -> None:
         """Ask whichever server runs the session's turn to cancel it."""
@@ -268,8 +282,3 @@ def _lost_in_transaction() -> Exception:
     return psycopg.OperationalError(
         "the connection to PostgreSQL was lost in a transaction; none of it was kept"
     )
-
-
-def redact_url(url: str) -> str:
-    """A database URL without its password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)

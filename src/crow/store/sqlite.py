@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +97,37 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot open the session store {self.path}: {exc}") from exc
 
+    #: Whether other servers write to this store as they run (then they follow it).
+    shared = False
+
     def close(self) -> None:
         self.db.close()
+
+    def loop_twin(self) -> Store | None:
+        """A second connection to this store that never waits, for calls on the event
+        loop (crow.store.aio), or None where a call cannot be that quick."""
+        try:
+            fast = Store(self.path)
+            fast.db.execute("PRAGMA busy_timeout = 0")
+            fast.db.execute("PRAGMA wal_autocheckpoint = 0")
+        except (StoreError, sqlite3.Error):
+            return None  # every append goes through the thread
+        return fast
+
+    def is_busy(self, exc: BaseException) -> bool:
+        """Whether ``exc`` says the database is locked (a call that wrote nothing)."""
+        return isinstance(exc, sqlite3.OperationalError) and (
+            "locked" in str(exc) or "busy" in str(exc)
+        )
+
+    def announce_cancel(self, session_id: str) -> None:
+        """Ask whichever server runs the session's turn to cancel it: on a store no
+        other server shares, this one does, and has been told."""
+
+    async def follow_updates(self, *callbacks: Callable[..., None]) -> None:
+        """Hear what other servers log (crow.store.listen): a store no other server
+        shares has nothing to hear."""
+        raise StoreError("only a shared (PostgreSQL) store has other servers to follow")
 
     def checkpoint(self) -> None:
         """Copy the WAL into the database file (without waiting for readers)."""
