@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from .backend import Store
 from .records import HeldRow, PendingMessage, PendingUpdate, SessionRecord, TranscriptEntry
-from .sqlite import Store
 
 __all__ = ["SessionStore"]
 

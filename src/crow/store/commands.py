@@ -79,10 +79,7 @@ def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
             ]
             if updates:
                 target.append_updates(updates)
-            rows = source.db.execute(
-                "SELECT kind, body FROM transcript WHERE session_id = ? ORDER BY seq", (record.id,)
-            ).fetchall()
-            for kind, body in rows:
+            for kind, body in source.transcript_rows(record.id):
                 target.append_message(record.id, _message(body), kind=kind)
             target.update_session(
                 record.id,
@@ -97,15 +94,13 @@ def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
 
 
 def _message(body: str) -> dict[str, Any]:
-    from .records import _loads
+    from .records import loads
 
-    return dict(_loads(body))
+    return dict(loads(body))
 
 
 def _version(store: Store) -> int:
-    if store.dialect == "postgresql":
-        return int(store.db.execute("SELECT version FROM crow_schema").fetchone()[0])
-    return int(store.db.execute("PRAGMA user_version").fetchone()[0])
+    return store.schema_version()
 
 
 def _shown(location: Path | str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .backend import Store
 from .postgres import PostgresStore, probe
 from .records import (
     HeldRow,
@@ -17,7 +18,7 @@ from .records import (
     TranscriptEntry,
     database_errors,
 )
-from .sqlite import Store
+from .sqlite import SqliteStore
 from .urls import is_postgres_url, redact_url
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "PendingUpdate",
     "PostgresStore",
     "SessionRecord",
+    "SqliteStore",
     "Store",
     "StoreError",
     "StoreUnavailable",
@@ -42,4 +44,4 @@ def open_store(location: Path | str) -> Store:
     """The store at ``location``: a PostgreSQL URL, else a SQLite file's path."""
     if is_postgres_url(location):
         return PostgresStore(str(location))
-    return Store(location)
+    return SqliteStore(location)

@@ -3,7 +3,7 @@
 Several ``crow serve`` processes share a PostgreSQL store; a client attached to a
 session on one server must see, live, the turn another server runs.  Every append
 announces ``"<session id> <seq>"`` on the ``crow_updates`` channel in its own
-transaction (``PostgresStore._announce_update``), so the announcement arrives
+transaction (``Store._announce``, the channels named in sql.py), so the announcement arrives
 once the row is visible.  ``follow_updates`` listens on a connection of its own and hands each
 announcement to a callback; the agent then reads the log from what it last
 delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
@@ -22,24 +22,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from .sql import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL
 from .urls import redact_url
 
-__all__ = [
-    "CANCELS_CHANNEL",
-    "HELD_CHANNEL",
-    "QUESTIONS_CHANNEL",
-    "UPDATES_CHANNEL",
-    "follow_updates",
-]
+__all__ = ["follow_updates"]
 
-#: The PostgreSQL channel every logged update is announced on ("<session id> <seq>").
-UPDATES_CHANNEL = "crow_updates"
-#: ... and a cancelled turn, for the server running it ("<session id>").
-CANCELS_CHANNEL = "crow_cancels"
-#: ... and a permission question filed, answered or closed ("<question id>").
-QUESTIONS_CHANNEL = "crow_questions"
-#: ... and a session whose held prompts changed ("<session id>").
-HELD_CHANNEL = "crow_held"
 
 log = logging.getLogger("crow.store")
 

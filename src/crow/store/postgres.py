@@ -1,36 +1,39 @@
 """The session store on a PostgreSQL server (``[store] url`` or ``CROW_STORE_URL``;
 psycopg 3), for servers on several machines: same tables, same migrations
-(``migrations.py``), same behaviour, which the store tests check on both.  A log
-append there locks its session's row, so two servers appending to one session
-still get consecutive sequence numbers.
+(``migrations.py``), same SQL (``Store``'s, backend.py), same behaviour, which the
+store tests check on both.
+
+What differs: a log append locks its session's row, so two servers appending to
+one session still get consecutive sequence numbers; every change another server
+must hear of (an update logged, a question filed or answered, a held prompt, a
+cancel) is announced with ``pg_notify`` on listen.py's channels, in the
+transaction that makes it; and the connection comes back after it is lost.
+
+psycopg is optional (the ``postgres`` extra): it is imported when a PostgreSQL
+store is opened, never as Crow starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
-from .listen import (
-    CANCELS_CHANNEL,
-    HELD_CHANNEL,
-    QUESTIONS_CHANNEL,
-    UPDATES_CHANNEL,
-    follow_updates,
-)
+from .backend import Store
+from .listen import follow_updates
 from .migrations import migrate_postgres
 from .records import StoreError, database_errors
-from .sqlite import BUSY_TIMEOUT_MS, Store
+from .sql import Statements
+from .sqlite import BUSY_TIMEOUT_MS
 from .urls import redact_url
 
 log = logging.getLogger("crow.store")
 
-__all__ = ["PostgresStore", "probe", "redact_url"]
+__all__ = ["PostgresConnection", "PostgresStore", "probe"]
 
 #: Seconds to open a connection to a PostgreSQL server.
 CONNECT_TIMEOUT_S = 10
@@ -41,7 +44,7 @@ CHECK_AFTER_S = 5.0
 def _psycopg() -> Any:
     """psycopg, which only a PostgreSQL store needs (the ``postgres`` extra)."""
     try:
-        import psycopg
+        import psycopg  # optional: loaded when a PostgreSQL store is opened
     except ImportError as exc:
         raise StoreError(
             f"a PostgreSQL store needs psycopg, which does not import ({exc}): "
@@ -62,8 +65,6 @@ def probe(url: str) -> None:
 
 def _unreachable(url: str, exc: BaseException) -> str:
     """Why the store at ``url`` cannot be opened, in one line, with what to do."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(url)
         where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
@@ -77,16 +78,17 @@ def _unreachable(url: str, exc: BaseException) -> str:
 
 
 class PostgresStore(Store):
-    """The store on a PostgreSQL server: ``Store``'s SQL over one psycopg connection."""
+    """The store on the PostgreSQL server at ``url``, over one ``PostgresConnection``."""
 
     dialect = "postgresql"
-    BEGIN = "BEGIN"
+    shared = True
+    sql: ClassVar[Statements] = Statements.marked("%s")
+    db: PostgresConnection
 
     def __init__(self, url: str) -> None:
-        self.path = Path(os.devnull)  # no file: nothing appends on the loop
         self.url = url
         try:
-            connection = _PostgresConnection(url)
+            connection = PostgresConnection(url)
         except database_errors() as exc:
             raise StoreError(_unreachable(url, exc)) from exc
         try:
@@ -97,93 +99,47 @@ class PostgresStore(Store):
                 message = f"cannot migrate the session store {redact_url(url)}: {exc}"
                 raise StoreError(message) from exc
             raise
-        self.db = connection  # type: ignore[assignment]
+        self.db = connection
 
-    shared = True
+    def _begin(self) -> None:
+        self.db.begin()
 
-    def checkpoint(self) -> None:
-        """PostgreSQL checkpoints by itself."""
+    def _commit(self) -> None:
+        self.db.commit()
 
-    def loop_twin(self) -> Store | None:
-        """None: a PostgreSQL call is a network round trip, the thread's to wait for."""
-        return None
+    def _rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.rollback()
 
-    def is_busy(self, exc: BaseException) -> bool:
-        return False  # no call runs on the loop to find it busy
+    def schema_version(self) -> int:
+        return int(self.db.execute("SELECT version FROM crow_schema").fetchone()[0])
 
     async def follow_updates(self, *callbacks: Callable[..., None]) -> None:
         """What every server logs, cancels, asks and holds, as it happens, until
         cancelled (crow.store.listen)."""
         await follow_updates(self.url, *callbacks)
 
-    def announce_cancel(self, session_id: str) -> None:
-        """Ask whichever server runs the session's turn to cancel it."""
-        self.db.execute("SELECT pg_notify(?, ?)", (CANCELS_CHANNEL, session_id))
+    def checkpoint(self) -> None:
+        """PostgreSQL checkpoints by itself."""
 
-    def _announce_held(self, session_id: str) -> None:
-        self.db.execute("SELECT pg_notify(?, ?)", (HELD_CHANNEL, session_id))
-
-    # Every change to a question is announced (its id): servers read the row.
-    def file_question(self, question_id: str, session_id: str, params: str) -> None:
-        super().file_question(question_id, session_id, params)
-        self._announce_question(question_id)
-
-    def answer_question(self, question_id: str, outcome: str) -> bool:
-        won = super().answer_question(question_id, outcome)
-        if won:
-            self._announce_question(question_id)
-        return won
-
-    def close_question(self, question_id: str) -> None:
-        super().close_question(question_id)
-        self._announce_question(question_id)
-
-    def _announce_question(self, question_id: str) -> None:
-        self.db.execute("SELECT pg_notify(?, ?)", (QUESTIONS_CHANNEL, question_id))
-
-    def append_update(
-        self,
-        session_id: str,
-        body: bytes,
-        *,
-        state: str | None = None,
-        stop_reason: str | None = None,
-        now: str | None = None,
-    ) -> int:
-        return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
-
-    def _announce_update(self, session_id: str, seq: int) -> None:
+    def _announce(self, channel: str, payload: str) -> None:
         # Every server listening hears of it when this commits (crow.store.listen).
-        self.db.execute("SELECT pg_notify(?, ?)", (UPDATES_CHANNEL, f"{session_id} {seq}"))
-
-    def append_message(
-        self, session_id: str, message: dict[str, Any], *, kind: str = "message"
-    ) -> int:
-        self.db.execute(self.BEGIN)
-        try:
-            seq = self._append_message(session_id, message, kind)
-            self.db.execute("COMMIT")
-        except BaseException:
-            if self.db.in_transaction:
-                self.db.execute("ROLLBACK")
-            raise
-        return seq
+        self.db.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     def _lock_session(self, session_id: str) -> None:
         # Servers appending to one session wait for each other on its row: MAX(seq) + 1
         # is then never computed twice.
-        self.db.execute("SELECT 1 FROM sessions WHERE id = ? FOR UPDATE", (session_id,))
+        self.db.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
 
 
-class _PostgresConnection:
-    """A psycopg connection answering the sqlite3 calls ``Store`` makes: ``?``
-    placeholders, ``execute`` returning a cursor, ``in_transaction``; and coming back
-    after the connection is lost (a restarted or failed-over server, a terminated
-    backend).
+class PostgresConnection:
+    """One psycopg connection (autocommit; ``begin``/``commit``/``rollback`` make a
+    transaction) that comes back after it is lost: a restarted or failed-over
+    server, a terminated backend.
 
     One connection, reopened, not a pool (``psycopg_pool``): the store runs every
-    call on one thread, and its transactions span several calls (``BEGIN``, the
-    appends, ``COMMIT``), which a pool would have to pin to one connection anyway.
+    call on one thread, and its transactions span several calls (``begin``, the
+    appends, ``commit``), which a pool would have to pin to one connection anyway.
 
     - A call on a connection known to be lost reconnects first; so does one after
       ``CHECK_AFTER_S`` of quiet whose check (an empty query, as psycopg_pool's
@@ -197,7 +153,7 @@ class _PostgresConnection:
     def __init__(self, url: str) -> None:
         self.url = url
         self.conn = self._connect()
-        self._in_transaction = False  # a BEGIN of ours is open
+        self._in_transaction = False  # a begin() of ours is open
         self._lost_transaction = False  # ... and its connection went: it must end
         self._last_used = time.monotonic()
 
@@ -210,18 +166,20 @@ class _PostgresConnection:
 
     def ready(self) -> Any:
         """The connection, reopened if it was lost.  Raises psycopg.Error."""
-        lost = self.conn.closed or self.conn.broken
         if self._in_transaction:
-            if lost or self._lost_transaction:
+            if self._gone():
                 self._lost_transaction = True
                 raise _lost_in_transaction()
-        elif lost or self._hung_up() or self._quiet_and_dead():
+        elif self._gone() or self._hung_up() or self._quiet_and_dead():
             log.warning("the connection to %s was lost: reconnecting", redact_url(self.url))
             with contextlib.suppress(Exception):
                 self.conn.close()
             self.conn = self._connect()
         self._last_used = time.monotonic()
         return self.conn
+
+    def _gone(self) -> bool:
+        return bool(self._lost_transaction or self.conn.closed or self.conn.broken)
 
     def _hung_up(self) -> bool:
         """Whether the server spoke on the idle connection: it does so to hang up (a
@@ -237,36 +195,40 @@ class _PostgresConnection:
     def _quiet_and_dead(self) -> bool:
         """After ``CHECK_AFTER_S`` unused, an empty query (psycopg_pool's
         ``check_connection``) must answer: a route that died without a word."""
-        import psycopg
-
         if time.monotonic() - self._last_used <= CHECK_AFTER_S:
             return False
         try:
             self.conn.execute("")
-        except psycopg.OperationalError:
+        except _psycopg().OperationalError:
             return True
         return False
 
-    def execute(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
-        word = sql.lstrip()[:8].upper()
-        ending = word.startswith(("COMMIT", "ROLLBACK"))
-        gone = self._lost_transaction or self.conn.closed or self.conn.broken
-        if ending and self._in_transaction and gone:
-            self._in_transaction = self._lost_transaction = False
-            if word.startswith("ROLLBACK"):
-                return None  # the server dropped it with the connection
-            raise _lost_in_transaction()
-        conn = self.ready()
-        cursor = conn.execute(sql.replace("?", "%s"), params)
-        if word.startswith("BEGIN"):
-            self._in_transaction = True
-        elif word.startswith(("COMMIT", "ROLLBACK")):
-            self._in_transaction = False
-        return cursor
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
+        """Run one statement (``%s`` parameters); its cursor."""
+        return self.ready().execute(sql, params)
 
-    def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    def executemany(self, sql: str, rows: list[tuple[Any, ...]], /) -> None:
         with self.ready().cursor() as cursor:
-            cursor.executemany(sql.replace("?", "%s"), rows)
+            cursor.executemany(sql, rows)
+
+    def begin(self) -> None:
+        self.ready().execute("BEGIN")
+        self._in_transaction = True
+
+    def commit(self) -> None:
+        """Commit; a transaction whose connection went is lost, whole: that raises."""
+        if self._gone():
+            self._in_transaction = self._lost_transaction = False
+            raise _lost_in_transaction()
+        self.ready().execute("COMMIT")
+        self._in_transaction = False
+
+    def rollback(self) -> None:
+        if self._gone():
+            self._in_transaction = self._lost_transaction = False
+            return  # the server dropped it with the connection
+        self.ready().execute("ROLLBACK")
+        self._in_transaction = False
 
     @property
     def in_transaction(self) -> bool:
@@ -277,8 +239,7 @@ class _PostgresConnection:
 
 
 def _lost_in_transaction() -> Exception:
-    import psycopg
-
-    return psycopg.OperationalError(
+    lost: Exception = _psycopg().OperationalError(
         "the connection to PostgreSQL was lost in a transaction; none of it was kept"
     )
+    return lost

@@ -23,6 +23,10 @@ __all__ = [
     "StoreUnavailable",
     "TranscriptEntry",
     "database_errors",
+    "decode_cursor",
+    "encode_cursor",
+    "loads",
+    "record",
 ]
 
 
@@ -73,7 +77,7 @@ class TranscriptEntry:
     message: dict[str, Any]
 
 
-def _record(row: tuple[Any, ...]) -> SessionRecord:
+def record(row: tuple[Any, ...]) -> SessionRecord:
     return SessionRecord(
         id=row[0],
         cwd=row[1],
@@ -97,7 +101,7 @@ def database_errors() -> tuple[type[BaseException], ...]:
     return (sqlite3.Error,) if psycopg is None else (sqlite3.Error, psycopg.Error)
 
 
-def _loads(text: str) -> Any:
+def loads(text: str) -> Any:
     """JSON from the store: orjson (a long session reads its whole transcript every
     model call), or json for what orjson refuses (an escaped lone surrogate)."""
     try:
@@ -106,12 +110,12 @@ def _loads(text: str) -> Any:
         return json.loads(text)
 
 
-def _encode_cursor(record: SessionRecord) -> str:
-    raw = json.dumps([record.updated_at, record.id]).encode()
+def encode_cursor(last: SessionRecord) -> str:
+    raw = json.dumps([last.updated_at, last.id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> tuple[str, str]:
+def decode_cursor(cursor: str) -> tuple[str, str]:
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
         updated_at, session_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
