@@ -39,18 +39,21 @@ import functools
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
+from .backend import Store
 from .base import SessionStore
-from .db import (
+from .listen import Heard
+from .records import (
     HeldRow,
     PendingMessage,
     PendingUpdate,
     SessionRecord,
-    Store,
+    StateChange,
     StoreUnavailable,
     TranscriptEntry,
     database_errors,
+    pending,
 )
 
 __all__ = ["AsyncStore", "retrieved", "settled"]
@@ -95,17 +98,10 @@ class AsyncStore:
         """Other servers write to this store as they run (PostgreSQL)."""
         return self.sync.shared
 
-    async def follow_updates(
-        self,
-        on_update: Callable[[str, int], None],
-        on_reconnect: Callable[[], None],
-        on_cancel: Callable[[str], None],
-        on_question: Callable[[str], None],
-        on_held: Callable[[str], None],
-    ) -> None:
+    async def follow_updates(self, heard: Heard) -> None:
         """On a shared store, what the other servers log, cancel, ask and hold, until
         cancelled (crow.store.listen); StoreError on a store no other server shares."""
-        await self.sync.follow_updates(on_update, on_reconnect, on_cancel, on_question, on_held)
+        await self.sync.follow_updates(heard)
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
@@ -233,22 +229,14 @@ class AsyncStore:
 
     # ---- the update log and the transcript --------------------------------------
     def append_update(
-        self,
-        session_id: str,
-        body: bytes,
-        *,
-        state: str | None = None,
-        stop_reason: str | None = None,
-        now: str | None = None,
+        self, session_id: str, body: bytes, **change: Unpack[StateChange]
     ) -> asyncio.Future[int]:
         """Log one update; a future of its seq (not a coroutine: the caller may
         need ``settled`` on it).  Appends keep the order they were made in."""
-        done = self._done_here(
-            "append_update", session_id, body, state=state, stop_reason=stop_reason, now=now
-        )
+        done = self._done_here("append_update", session_id, body, **change)
         if done is not None:
             return done
-        return self._queue_on_thread([(session_id, body, state, stop_reason, now)])[0]
+        return self._queue_on_thread([pending(session_id, body, change)])[0]
 
     def append_updates(
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None

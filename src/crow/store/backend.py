@@ -24,19 +24,22 @@ from __future__ import annotations
 import contextlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, Protocol
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar, Protocol, Unpack
 
+from .listen import Heard
 from .records import (
     HeldRow,
     PendingMessage,
     PendingUpdate,
     SessionRecord,
+    StateChange,
     StoreError,
     TranscriptEntry,
     decode_cursor,
     encode_cursor,
     loads,
+    pending,
     record,
 )
 from .sql import (
@@ -118,7 +121,7 @@ class Store(ABC):
         """Ask whichever server runs the session's turn to cancel it."""
         self._announce(CANCELS_CHANNEL, session_id)
 
-    async def follow_updates(self, *callbacks: Callable[..., None]) -> None:
+    async def follow_updates(self, heard: Heard) -> None:
         """Hear what other servers log (crow.store.listen): a store no other server
         shares has nothing to hear."""
         raise StoreError("only a shared (PostgreSQL) store has other servers to follow")
@@ -244,23 +247,14 @@ class Store(ABC):
         return int(self.db.execute(self.sql.renew_leases, (expires, owner)).rowcount)
 
     # ---- the update log -------------------------------------------------------------
-    def append_update(
-        self,
-        session_id: str,
-        body: bytes,
-        *,
-        state: str | None = None,
-        stop_reason: str | None = None,
-        now: str | None = None,
-    ) -> int:
+    def append_update(self, session_id: str, body: bytes, **change: Unpack[StateChange]) -> int:
         """Log one update (committed before returning); returns its seq.
 
-        ``state`` (with ``stop_reason``) records a state_update on the session
-        in the same transaction; ``idle`` also releases the turn lease.
+        ``change`` (``StateChange``) is set on the session in the same transaction.
         """
-        if state is None and now is None:
+        if change.get("state") is None and change.get("now") is None:
             return self._append_alone(session_id, body)
-        return self.append_updates([(session_id, body, state, stop_reason, now)])[0]
+        return self.append_updates([pending(session_id, body, change)])[0]
 
     def append_updates(
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None

@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, Unpack
 
 from .backend import Store
-from .records import HeldRow, PendingMessage, PendingUpdate, SessionRecord, TranscriptEntry
+from .listen import Heard
+from .records import (
+    HeldRow,
+    PendingMessage,
+    PendingUpdate,
+    SessionRecord,
+    StateChange,
+    TranscriptEntry,
+)
 
 __all__ = ["SessionStore"]
 
@@ -44,14 +52,7 @@ class SessionStore(Protocol):
 
     async def aclose(self) -> None: ...
 
-    async def follow_updates(
-        self,
-        on_update: Callable[[str, int], None],
-        on_reconnect: Callable[[], None],
-        on_cancel: Callable[[str], None],
-        on_question: Callable[[str], None],
-        on_held: Callable[[str], None],
-    ) -> None:
+    async def follow_updates(self, heard: Heard) -> None:
         """Hear, until cancelled, what the other servers of a shared store do."""
         ...
 
@@ -79,13 +80,7 @@ class SessionStore(Protocol):
 
     # ---- the update log and the transcript ----------------------------------------
     def append_update(
-        self,
-        session_id: str,
-        body: bytes,
-        *,
-        state: str | None = None,
-        stop_reason: str | None = None,
-        now: str | None = None,
+        self, session_id: str, body: bytes, **change: Unpack[StateChange]
     ) -> asyncio.Future[int]: ...
 
     def append_updates(

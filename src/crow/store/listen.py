@@ -21,16 +21,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .sql import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL
 from .urls import redact_url
 
-__all__ = ["follow_updates"]
+__all__ = ["Heard", "follow_updates"]
 
 
 log = logging.getLogger("crow.store")
 
 RECONNECT_S = 1.0
+
+
+class Heard(NamedTuple):
+    """What a store's ``follow_updates`` calls: ``follow_updates``'s callbacks, in order."""
+
+    update: Callable[[str, int], None]
+    reconnect: Callable[[], None]
+    cancel: Callable[[str], None]
+    question: Callable[[str], None]
+    held: Callable[[str], None]
 
 
 async def follow_updates(

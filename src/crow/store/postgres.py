@@ -19,12 +19,12 @@ import contextlib
 import logging
 import select
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from .backend import Store
-from .listen import follow_updates
+from .listen import Heard, follow_updates
 from .migrations import migrate_postgres
 from .records import StoreError, database_errors
 from .sql import Statements
@@ -114,10 +114,10 @@ class PostgresStore(Store):
     def schema_version(self) -> int:
         return int(self.db.execute("SELECT version FROM crow_schema").fetchone()[0])
 
-    async def follow_updates(self, *callbacks: Callable[..., None]) -> None:
+    async def follow_updates(self, heard: Heard) -> None:
         """What every server logs, cancels, asks and holds, as it happens, until
         cancelled (crow.store.listen)."""
-        await follow_updates(self.url, *callbacks)
+        await follow_updates(self.url, *heard)
 
     def checkpoint(self) -> None:
         """PostgreSQL checkpoints by itself."""

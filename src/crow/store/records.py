@@ -10,7 +10,7 @@ import json
 import sqlite3
 import sys
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 import orjson
 
@@ -19,6 +19,7 @@ __all__ = [
     "PendingMessage",
     "PendingUpdate",
     "SessionRecord",
+    "StateChange",
     "StoreError",
     "StoreUnavailable",
     "TranscriptEntry",
@@ -26,6 +27,7 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "loads",
+    "pending",
     "record",
 ]
 
@@ -53,6 +55,15 @@ class SessionRecord:
     deleted: bool
     owner: str | None = None  # the process holding the turn lease (lease.py)
     lease_expires: float | None = None
+
+
+class StateChange(TypedDict, total=False):
+    """What a logged update sets on its session: ``state`` (a state_update's, with its
+    ``stop_reason``; ``idle`` also releases the turn lease) and ``now`` (updated-at)."""
+
+    state: str | None
+    stop_reason: str | None
+    now: str | None
 
 
 #: One update to log: (session id, body, state, stop reason, updated-at).
@@ -93,6 +104,11 @@ def record(row: tuple[Any, ...]) -> SessionRecord:
         owner=row[11],
         lease_expires=row[12],
     )
+
+
+def pending(session_id: str, body: bytes, change: StateChange) -> PendingUpdate:
+    """The row that logs ``body`` with ``change``."""
+    return (session_id, body, change.get("state"), change.get("stop_reason"), change.get("now"))
 
 
 def database_errors() -> tuple[type[BaseException], ...]:
