@@ -1,12 +1,14 @@
 """Opening the session store: ``open_store`` picks the backend from the location (a
-PostgreSQL URL, else a SQLite file's path).  The rest of Crow imports the store's
-names from here; the modules beside it own them."""
+PostgreSQL URL: ``PostgresStore``, else a SQLite file's path: ``SqliteStore``).  The
+rest of Crow imports the store's names from here (``Store``, either backend;
+``SessionStore``, what the agent needs of one); the modules beside it own them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .backend import Store
+from .base import SessionStore
 from .postgres import PostgresStore, probe
 from .records import (
     HeldRow,
@@ -27,6 +29,7 @@ __all__ = [
     "PendingUpdate",
     "PostgresStore",
     "SessionRecord",
+    "SessionStore",
     "SqliteStore",
     "Store",
     "StoreError",

@@ -57,7 +57,7 @@ async def follow_updates(
     ``on_cancel(session_id)`` when a client of any server cancels that session's turn;
     ``on_question(question_id)`` when a permission question is filed, answered or closed;
     ``on_held(session_id)`` when the session's held prompts changed."""
-    import psycopg
+    import psycopg  # optional (the postgres extra): only a shared store listens
 
     first = True
     while True:
