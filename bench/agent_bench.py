@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in ("src", "bench", "tests", "tests/integration"):
+for extra in ("src", "testing", "bench"):
     sys.path.insert(0, str(ROOT / extra))
 
-from fakemodel import ScriptedModel, Text  # noqa: E402
-from rawclient import RawClient  # noqa: E402
-from serve_support import write_config  # noqa: E402
+from crow_testing.fakemodel import ScriptedModel, Text  # noqa: E402
+from crow_testing.rawclient import RawClient  # noqa: E402
+from crow_testing.serve_support import write_config  # noqa: E402
 
 CROW = [sys.executable, "-m", "crow", "serve"]
 ECHO = [sys.executable, str(ROOT / "examples" / "echo_agent.py")]
@@ -149,7 +149,7 @@ async def replay(home: str, base_url: str, updates: int) -> float:
 
 async def cancel_latency(home: str, model: ScriptedModel, rounds: int = 10) -> list[float]:
     """session/cancel sent while the model hangs -> idle/cancelled received."""
-    from fakemodel import Hang
+    from crow_testing.fakemodel import Hang
 
     proc, client = await start(CROW, home)
     await client.initialize()

@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in ("src", "tests", "tests/integration", "bench"):
+for extra in ("src", "testing", "bench"):
     sys.path.insert(0, str(ROOT / extra))
 
-from fakemodel import Hang, ScriptedModel, Text  # noqa: E402
+from crow_testing.fakemodel import Hang, ScriptedModel, Text  # noqa: E402
+from crow_testing.serve_support import client_for, write_config  # noqa: E402
 from http_bench import run_load, start, start_model, stop  # noqa: E402
-from serve_support import write_config  # noqa: E402
-from test_serve_http import client_for  # noqa: E402
 
 from crow.acp import InvalidParams  # noqa: E402
 

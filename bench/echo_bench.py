@@ -26,9 +26,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "testing"))
 
-from rawclient import RawClient  # noqa: E402
+from crow_testing.rawclient import RawClient  # noqa: E402
 
 AGENTS = {
     "crow": [sys.executable, str(ROOT / "examples" / "echo_agent.py")],

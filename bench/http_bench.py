@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in ("src", "tests", "tests/integration"):
+for extra in ("src", "testing"):
     sys.path.insert(0, str(ROOT / extra))
 
-from serve_support import write_config  # noqa: E402
+from crow_testing.serve_support import write_config  # noqa: E402
 
 TS_DIR = ROOT / "tests" / "interop" / "ts"
 

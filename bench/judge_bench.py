@@ -25,12 +25,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in ("src", "tests", "tests/integration"):
+for extra in ("src", "testing"):
     sys.path.insert(0, str(ROOT / extra))
 
-from fakemodel import ScriptedModel, Text, ToolCalls  # noqa: E402
-from serve_support import write_config  # noqa: E402
-from test_serve_http import HttpServer, client_for  # noqa: E402
+from crow_testing.fakemodel import ScriptedModel, Text, ToolCalls  # noqa: E402
+from crow_testing.serve_support import (  # noqa: E402
+    HttpServer,
+    client_for,
+    write_config,
+)
 
 from crow.extensions import VERDICT, VERIFY  # noqa: E402
 

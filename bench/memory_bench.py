@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 import tempfile
@@ -31,9 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from crow.memory.embedders import Embedder, MiniLMEmbedder, OpenAIEmbedder  # noqa: E402
-from crow.memory.store import MemoryStore  # noqa: E402
 
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "testing"))
+
+from crow_testing.recall import LABELLED, evaluate  # noqa: E402
 
 
 class NumpyMiniLMEmbedder:
@@ -45,7 +45,7 @@ class NumpyMiniLMEmbedder:
         self._model: Any = None
 
     def load(self) -> None:
-        from numpy_minilm import MiniLM, find_model_dir
+        from crow_testing.numpy_minilm import MiniLM, find_model_dir
 
         if self._model is None:
             folder = find_model_dir()
@@ -56,20 +56,6 @@ class NumpyMiniLMEmbedder:
     def embed(self, texts: list[str]) -> Any:
         self.load()
         return self._model.encode(texts)
-
-
-LABELLED = ROOT / "tests" / "data" / "memory_recall.json"
-
-
-def keyword_queries(data: dict[str, Any]) -> list[dict[str, str]]:
-    """Each memory's first identifier-like word (digits, _ or - inside, or camelCase)."""
-    out = []
-    for memory in data["memories"]:
-        words = re.findall(r"[\w\-./:]+", memory["text"])
-        chosen = [w for w in words if len(w) > 3 and re.search(r"\d|_|-|[a-z][A-Z]", w)]
-        if chosen:
-            out.append({"query": chosen[0].strip("."), "expect": memory["key"]})
-    return out
 
 
 def speed(embedder: Embedder, data: dict[str, Any]) -> dict[str, float]:
@@ -92,49 +78,6 @@ def speed(embedder: Embedder, data: dict[str, Any]) -> dict[str, float]:
         "load_s": load_s,
         "query_p50_ms": 1000 * statistics.median(singles),
         "batch_ms": 1000 * statistics.median(batches),
-    }
-
-
-def evaluate(embedder: Embedder | None, folder: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """hit@1, hit@5 (paraphrases, and keywords) and timings for one embedder."""
-    store = MemoryStore(folder, embedder, merge_threshold=0.97)
-    ids: dict[str, str] = {}
-    started = time.perf_counter()
-    for memory in data["memories"]:
-        ids[store.remember(memory["text"], tags=memory["tags"]).id] = memory["key"]
-    remember_s = time.perf_counter() - started
-    result = _hits(store, ids, data["queries"])
-    keywords = _hits(store, ids, keyword_queries(data))
-    result.update({f"keyword_{k}": v for k, v in keywords.items() if k.startswith("hit")})
-    result["keyword_queries"] = keywords["queries"]
-    result["remember_ms_each"] = 1000 * remember_s / len(data["memories"])
-    result["memories"] = len(set(ids.values()))
-    result["disk_kib"] = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) // 1024
-    return result
-
-
-def _hits(store: MemoryStore, ids: dict[str, str], queries: list[dict[str, str]]) -> dict[str, Any]:
-    hit1 = hit5 = 0
-    latencies = []
-    first_similarity: list[tuple[bool, float]] = []
-    for query in queries:
-        started = time.perf_counter()
-        found = store.recall(query["query"], limit=5)
-        latencies.append(time.perf_counter() - started)
-        keys = [ids.get(h.memory.id) for h in found.hits]
-        hit1 += bool(keys) and keys[0] == query["expect"]
-        hit5 += query["expect"] in keys
-        if found.hits and found.hits[0].similarity is not None:
-            first_similarity.append((keys[0] == query["expect"], found.hits[0].similarity))
-    n = len(queries)
-    latencies.sort()
-    return {
-        "hit@1": hit1 / n,
-        "hit@5": hit5 / n,
-        "queries": n,
-        "recall_p50_ms": 1000 * statistics.median(latencies),
-        "recall_p99_ms": 1000 * latencies[min(n - 1, int(0.99 * n))],
-        "similarity_of_first": first_similarity,
     }
 
 

@@ -32,8 +32,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from http_bench import ROOT, start, start_model, stop
-from serve_support import write_config
+ROOT = Path(__file__).resolve().parent.parent
+for extra in ("src", "testing"):
+    sys.path.insert(0, str(ROOT / extra))
+
+from crow_testing.serve_support import write_config  # noqa: E402
+from http_bench import start, start_model, stop  # noqa: E402
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 

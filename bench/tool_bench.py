@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in ("src", "bench", "tests", "tests/integration"):
+for extra in ("src", "testing", "bench"):
     sys.path.insert(0, str(ROOT / extra))
 
-from fakemodel import ScriptedModel, Text, ToolCalls  # noqa: E402
-from serve_support import write_config  # noqa: E402
+from crow_testing.fakemodel import ScriptedModel, Text, ToolCalls  # noqa: E402
+from crow_testing.serve_support import write_config  # noqa: E402
 
 PROBE = [sys.executable, str(ROOT / "tests" / "mcp_probe.py")]
 

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fakemodel
 import pytest
-from fakemodel import ScriptedModel
-from support import ECHO_AGENT, RawAgent
+from crow_testing import fakemodel
+from crow_testing.fakemodel import ScriptedModel
+from crow_testing.support import ECHO_AGENT, RawAgent
 
 scripted_model = fakemodel.scripted_model  # the fixture, for every test
 
@@ -57,7 +57,7 @@ def make_agent() -> Iterator[Any]:
 @pytest.fixture
 def crow(crow_home: Path, scripted_model: ScriptedModel) -> Iterator[Any]:
     """Start ``crow serve`` subprocesses configured for the scripted model."""
-    from serve_support import CrowProcess, write_config
+    from crow_testing.serve_support import CrowProcess, write_config
 
     processes: list[CrowProcess] = []
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pexpect
-from fakemodel import Hang
-from serve_support import Terminals, write_config
-from support import ROOT
+from crow_testing.fakemodel import Hang
+from crow_testing.serve_support import Terminals, write_config
+from crow_testing.support import ROOT
 from test_conductor import _alive, _descendants
 
 TIMEOUT = 20

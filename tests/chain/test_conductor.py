@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ROOT, RawAgent
+from crow_testing.support import ROOT, RawAgent
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable

@@ -22,9 +22,9 @@ from typing import Any
 
 import orjson
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import write_config
-from support import ROOT, RawAgent
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import write_config
+from crow_testing.support import ROOT, RawAgent
 
 from crow.extensions import VERDICT
 

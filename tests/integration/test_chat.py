@@ -16,8 +16,8 @@ from typing import Any
 
 import pexpect
 import pytest
-from fakemodel import Hang, Text, ToolCalls
-from serve_support import Terminals, write_config
+from crow_testing.fakemodel import Hang, Text, ToolCalls
+from crow_testing.serve_support import Terminals, write_config
 from test_serve_tools import probe_config
 
 TIMEOUT = 15
@@ -274,7 +274,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_chat_attaches_to_a_running_server_with_url(crow_home, scripted_model):
-    from test_serve_http import HttpServer
+    from crow_testing.serve_support import HttpServer
 
     write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
     scripted_model.set_default(Text(text="served over http"))
@@ -361,7 +361,7 @@ def test_help_lists_every_command_and_title_confirms(chat, scripted_model):
 
 
 def test_model_names_the_model_that_actually_answers(chat, scripted_model):
-    from fakemodel import Error
+    from crow_testing.fakemodel import Error
 
     scripted_model.script(Error(status=400, message="no such model"), Text(text="from backup"))
     child = chat(

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakemodel import Hang, Slow, Text, ToolCalls
-from serve_support import Terminals, write_config
+from crow_testing.fakemodel import Hang, Slow, Text, ToolCalls
+from crow_testing.serve_support import HttpServer, Terminals, write_config
 from test_chat import TIMEOUT, user_text
-from test_serve_http import HttpServer
 from test_serve_tools import probe_config
 from vt import Terminal
 

@@ -21,11 +21,11 @@ from queue import Empty
 from typing import Any
 
 import pytest
-from fakemodel import Text, ToolCalls
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import is_idle, updates
+from crow_testing.support import ROOT
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
-from serve_support import is_idle, updates
-from support import ROOT
 
 from crow import children
 from crow.config import McpServerSpec

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import kinds, text_of
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import kinds, text_of
 
 
 def runs_uvloop(pid: int) -> bool:

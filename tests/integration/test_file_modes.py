@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakemodel import Error, ScriptedModel, Text
-from serve_support import CrowProcess
+from crow_testing.fakemodel import Error, ScriptedModel, Text
+from crow_testing.serve_support import CrowProcess
 
 CROW = [sys.executable, "-m", "crow"]
 API_KEY = "plainsecretkey42"  # contains "secret": one search finds both credentials

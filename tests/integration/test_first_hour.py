@@ -16,9 +16,8 @@ from typing import Any
 
 import pexpect
 import pytest
-from fakemodel import Hang, Text, ToolCalls
-from serve_support import Terminals, write_config
-from test_serve_http import HttpServer
+from crow_testing.fakemodel import Hang, Text, ToolCalls
+from crow_testing.serve_support import HttpServer, Terminals, write_config
 from test_serve_tools import probe_config
 
 CROW = [sys.executable, "-m", "crow"]

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 
 import httpx2
 import pytest
-from fakemodel import Text
-from serve_support import write_config
-from test_serve_http import INIT, HttpServer, client_for, post
+from crow_testing.fakemodel import Text
+from crow_testing.serve_support import HttpServer, client_for, write_config
+from test_serve_http import INIT, post
 from websockets.asyncio.client import connect
 
 from crow.acp import schema

@@ -18,9 +18,8 @@ from typing import Any
 
 import httpx2
 import pytest
-from fakemodel import Text
-from serve_support import write_config
-from test_serve_http import HttpServer
+from crow_testing.fakemodel import Text
+from crow_testing.serve_support import HttpServer, write_config
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 

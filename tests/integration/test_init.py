@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from fakemodel import Text
+from crow_testing.fakemodel import Text
 
 from crow.config import Paths, load_config
 from crow.extras import embedded_available

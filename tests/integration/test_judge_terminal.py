@@ -19,8 +19,8 @@ from typing import Any
 
 import pexpect
 import pytest
-from fakemodel import Hang, Text
-from serve_support import Terminals, write_config
+from crow_testing.fakemodel import Hang, Text
+from crow_testing.serve_support import Terminals, write_config
 
 TIMEOUT = 20
 

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import is_idle, notes, updates
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import is_idle, notes, updates
 
 from crow.extensions import RECALLED
 from crow.memory.minilm import installed as offline_installed
@@ -310,7 +310,7 @@ def test_reindex_moves_a_store_to_the_offline_embedder(tmp_path, crow_home, scri
 
 
 def test_crow_run_shows_what_was_recalled(tmp_path, crow_home, scripted_model):
-    from serve_support import write_config
+    from crow_testing.serve_support import write_config
 
     write_config(crow_home, scripted_model.base_url, extra=memory_config(scripted_model.base_url))
     crow_memory("add", "the staging host is staging-3", "--scope", "global")

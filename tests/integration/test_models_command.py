@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from fakemodel import Error, Text
-from serve_support import write_config
+from crow_testing.fakemodel import Error, Text
+from crow_testing.serve_support import write_config
 
 from crow.extras import embedded_available
 

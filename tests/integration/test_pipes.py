@@ -9,9 +9,8 @@ import sys
 import time
 
 import pytest
-from fakemodel import Slow, Text
-from serve_support import write_config
-from test_serve_http import HttpServer
+from crow_testing.fakemodel import Slow, Text
+from crow_testing.serve_support import HttpServer, write_config
 
 CROW = [sys.executable, "-m", "crow"]
 EXIT_READER_GONE = 141  # 128 + SIGPIPE: what a shell says of a process SIGPIPE ended

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT
+from crow_testing.support import ROOT
 
 CLIENT = [sys.executable, str(ROOT / "examples" / "one_shot_client.py")]
 AGENT = f"{sys.executable} {ROOT / 'examples' / 'echo_agent.py'}"

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakemodel import Text, ToolCalls
-from support import ROOT
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.support import ROOT
 
 TIMEOUT = 120
 

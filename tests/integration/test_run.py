@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-from fakemodel import Error, Hang, Slow, Text, ToolCalls
-from serve_support import write_config
-from support import ROOT
+from crow_testing.fakemodel import Error, Hang, Slow, Text, ToolCalls
+from crow_testing.serve_support import write_config
+from crow_testing.support import ROOT
 from test_serve_tools import probe_config
 
 from crow.extras import embedded_available

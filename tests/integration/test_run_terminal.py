@@ -17,8 +17,8 @@ from typing import Any
 
 import pexpect
 import pytest
-from fakemodel import Error, Hang, Text
-from serve_support import Terminals, write_config
+from crow_testing.fakemodel import Error, Hang, Text
+from crow_testing.serve_support import Terminals, write_config
 
 TIMEOUT = 20
 
@@ -127,7 +127,7 @@ def probe_terminals(crow_home: Path, scripted_model: Any, tmp_path: Path, **env:
 def test_ctrl_c_at_a_permission_question_cancels_the_turn_and_leaves(
     crow_home, scripted_model, tmp_path
 ):
-    from fakemodel import ToolCalls
+    from crow_testing.fakemodel import ToolCalls
 
     scripted_model.script(ToolCalls(calls=[("probe__touch", {"path": "a.txt"})]))
     terminals = probe_terminals(crow_home, scripted_model, tmp_path, TERM="dumb", NO_COLOR="1")
@@ -148,7 +148,7 @@ def test_ctrl_c_at_a_permission_question_cancels_the_turn_and_leaves(
 def test_a_tool_call_is_one_line_in_place_on_a_terminal_and_three_when_piped(
     crow_home, scripted_model, tmp_path
 ):
-    from fakemodel import ToolCalls
+    from crow_testing.fakemodel import ToolCalls
 
     calls = ToolCalls(calls=[("probe__echo", {"text": "x"})])
     scripted_model.script(calls, Text(text="done"), calls, Text(text="done"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fakemodel import Text, ToolCalls
-from serve_support import is_idle, updates
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import is_idle, updates
 
 TERMINAL = '[tools]\nbuiltin = ["terminal"]\n\n[permissions]\nexecute = "allow"\n'
 

@@ -4,72 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx2
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import replayable, write_config
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import HttpServer, client_for, replayable, write_config
 from test_serve_tools import probe_config
 
 from crow.acp import ClientSide, schema
-from crow.acp.transports.http_client import connect_url, split_token
-
-CLIENT_INFO = schema.Implementation(name="http-test", version="0")
-
-
-class HttpServer:
-    """``crow serve --http`` on a free port (or ``command``, any server printing its URL).
-
-    ``url`` is the URL it prints, with its ``?token=``; ``bare_url`` is without."""
-
-    def __init__(
-        self,
-        *args: str,
-        env: dict[str, str] | None = None,
-        command: list[str] | None = None,
-        bind: str = "127.0.0.1:0",
-        **popen: Any,
-    ) -> None:
-        self.process = subprocess.Popen(
-            command or [sys.executable, "-m", "crow", "serve", "--http", bind, *args],
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, **(env or {})},
-            **popen,
-        )
-        assert self.process.stderr is not None
-        self.first_lines = ""  # what it printed before the URL
-        for line in self.process.stderr:
-            found = re.search(r"serving ACP at (http://\S+)", line)
-            if found:
-                self.url = found.group(1)
-                self.bare_url, self.token = split_token(self.url)
-                break
-            self.first_lines += line
-        else:
-            raise RuntimeError("crow serve --http did not start")
-
-    @property
-    def ws_url(self) -> str:
-        return self.url.replace("http://", "ws://")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-            assert self.process.stderr is not None
-            self.process.stderr.close()
 
 
 @pytest.fixture
@@ -182,14 +127,6 @@ def test_a_second_reader_of_one_stream_is_refused(server):
     with httpx2.stream("GET", server.url, headers=headers, timeout=10) as first:
         assert first.status_code == 200
         assert httpx2.get(server.url, headers=headers, timeout=10).status_code == 409
-
-
-# ---- clients ----------------------------------------------------------------------
-async def client_for(url: str, **kwargs: Any) -> ClientSide:
-    client = ClientSide(await connect_url(url), info=CLIENT_INFO, **kwargs)
-    await client.__aenter__()
-    await client.initialize()
-    return client
 
 
 @pytest.mark.parametrize("scheme", ["http", "ws"])

@@ -5,8 +5,8 @@ Each refusal is a ``-32602`` with a one-line reason, and nothing is stored.
 
 from __future__ import annotations
 
-from fakemodel import Text
-from serve_support import notes, updates
+from crow_testing.fakemodel import Text
+from crow_testing.serve_support import notes, updates
 
 from crow.acp.errors import INVALID_PARAMS
 

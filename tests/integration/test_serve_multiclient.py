@@ -15,8 +15,9 @@ import re
 import time
 from typing import Any
 
-from fakemodel import Text, ToolCalls
-from test_serve_http import client_for, server  # noqa: F401  (the fixture)
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import client_for
+from test_serve_http import server  # noqa: F401  (the fixture)
 
 from crow.acp import schema
 from crow.agent.quiet import QUIET_S

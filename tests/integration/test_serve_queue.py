@@ -11,9 +11,9 @@ import sys
 from typing import Any
 
 import pytest
-from fakemodel import Hang, Slow, Text, ToolCalls
-from serve_support import is_idle, updates
-from support import ROOT
+from crow_testing.fakemodel import Hang, Slow, Text, ToolCalls
+from crow_testing.serve_support import is_idle, updates
+from crow_testing.support import ROOT
 
 from crow.acp.errors import INVALID_PARAMS, REQUEST_CANCELLED
 from crow.extensions import QUEUE
@@ -243,8 +243,7 @@ def test_a_bad_insert_mode_or_prompt_is_refused_at_once_not_held(crow, scripted_
 
 
 async def test_a_client_that_attaches_sees_the_queue_as_it_is(crow_home, scripted_model):
-    from serve_support import write_config
-    from test_serve_http import HttpServer, client_for
+    from crow_testing.serve_support import HttpServer, client_for, write_config
 
     from crow.acp import schema
 

@@ -16,8 +16,8 @@ import time
 from typing import Any
 
 import pytest
-from fakemodel import Hang, Text, ToolCalls
-from serve_support import is_idle, kinds, notes, updates
+from crow_testing.fakemodel import Hang, Text, ToolCalls
+from crow_testing.serve_support import is_idle, kinds, notes, updates
 from test_serve_tools import probe_config, until_request
 
 from crow.store.lease import this_process

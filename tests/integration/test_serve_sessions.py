@@ -6,8 +6,8 @@ import os
 import signal
 
 import pytest
-from fakemodel import Hang, Text
-from serve_support import is_idle, kinds, notes, replayable, text_of, updates
+from crow_testing.fakemodel import Hang, Text
+from crow_testing.serve_support import is_idle, kinds, notes, replayable, text_of, updates
 
 from crow.acp.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND
 
@@ -274,7 +274,7 @@ def test_compaction_summarises_when_the_context_fills(crow, scripted_model):
 
 
 def test_context_length_error_compacts_and_retries_once(crow, scripted_model):
-    from fakemodel import Error
+    from crow_testing.fakemodel import Error
 
     agent = crow()
     sid = agent.new_session()

@@ -11,9 +11,9 @@ import sys
 import time
 
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import is_idle, notes, updates
-from support import ROOT
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import is_idle, notes, updates
+from crow_testing.support import ROOT
 
 from crow.acp.errors import INVALID_PARAMS
 

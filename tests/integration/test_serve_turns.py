@@ -7,8 +7,8 @@ import threading
 import time
 
 import pytest
-from fakemodel import Drop, Error, Hang, Text
-from serve_support import kinds, notes, text_of, updates, without_notices
+from crow_testing.fakemodel import Drop, Error, Hang, Text
+from crow_testing.serve_support import kinds, notes, text_of, updates, without_notices
 
 from crow.acp.errors import INVALID_PARAMS, RESOURCE_NOT_FOUND
 

@@ -10,8 +10,8 @@ import sys
 from datetime import datetime
 
 import pytest
-from fakemodel import Error, Hang, Text
-from serve_support import write_config
+from crow_testing.fakemodel import Error, Hang, Text
+from crow_testing.serve_support import write_config
 
 from crow.store.db import SqliteStore
 

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fakemodel import Hang, Text
-from serve_support import notes, text_of, updates
+from crow_testing.fakemodel import Hang, Text
+from crow_testing.serve_support import notes, text_of, updates
 
 from crow.acp.errors import REQUEST_CANCELLED
 
@@ -148,9 +148,8 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
     the client resumes on another server from its cursor and misses nothing."""
     import asyncio
 
-    from fakemodel import Slow
-    from serve_support import write_config
-    from test_serve_http import HttpServer, client_for
+    from crow_testing.fakemodel import Slow
+    from crow_testing.serve_support import HttpServer, client_for, write_config
 
     write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
     words = "one two three four five six seven eight nine ten"
@@ -196,7 +195,7 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
 def test_a_permission_asked_on_one_server_is_answered_on_another(
     crow, crow_home, scripted_model, shared_store
 ):
-    from fakemodel import ToolCalls
+    from crow_testing.fakemodel import ToolCalls
     from test_serve_tools import probe_config
 
     scripted_model.script(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import trustme
-from fakemodel import ScriptedModel, Text
-from serve_support import write_config
+from crow_testing.fakemodel import ScriptedModel, Text
+from crow_testing.serve_support import write_config
 
 from crow import tls
 from crow.config import Config, ModelSpec, Paths, ProviderSpec, RetryPolicy

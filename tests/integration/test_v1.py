@@ -21,9 +21,9 @@ import acp
 import pytest
 from acp import schema as v1
 from acp.client.connection import ClientSideConnection
-from fakemodel import Error, Slow, Text, ToolCalls
-from serve_support import CROW_SERVE, write_config
-from support import RawAgent
+from crow_testing.fakemodel import Error, Slow, Text, ToolCalls
+from crow_testing.serve_support import CROW_SERVE, write_config
+from crow_testing.support import RawAgent
 from test_serve_tools import probe_config
 
 from crow.acp import ClientSide, MessageTransport, schema, spawn
@@ -344,7 +344,7 @@ def test_a_dual_stack_agent_answers_each_version_in_its_own_shape(crow_home, scr
 @pytest.mark.parametrize("scheme", ["http", "ws"])
 async def test_a_v1_client_over_http_and_websocket(crow_home, scripted_model, scheme):
     """The v1 client over Crow's network transports (frames adapted for the acp package)."""
-    from test_serve_http import HttpServer
+    from crow_testing.serve_support import HttpServer
 
     from crow.acp.transports.http_client import connect_url
 
@@ -374,7 +374,7 @@ async def test_the_python_sdks_http_client_loads_and_resumes_a_session(crow_home
     ``session/resume`` without ``Acp-Session-Id`` and reads their answers on the
     connection's stream; it opens a session's stream once a message names it."""
     from acp.http import create_http_stream
-    from test_serve_http import HttpServer
+    from crow_testing.serve_support import HttpServer
 
     write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
     scripted_model.script(Text(text="first", chunks=2), Text(text="second", chunks=2))

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 import pytest
-from support import ROOT
+from crow_testing.support import ROOT
 
 from crow.acp import ClientSide, schema, spawn
 from crow.acp.v1_client import NotInV1

@@ -16,9 +16,8 @@ import sys
 from typing import Any
 
 import pytest
-from fakemodel import Hang, Text, ToolCalls
-from serve_support import write_config
-from test_serve_http import HttpServer, client_for
+from crow_testing.fakemodel import Hang, Text, ToolCalls
+from crow_testing.serve_support import HttpServer, client_for, write_config
 
 from crow.acp import AcpError, schema
 from crow.acp.errors import INVALID_PARAMS

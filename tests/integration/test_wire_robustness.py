@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakemodel import Hang, Text
-from serve_support import CROW_SERVE, write_config
-from support import ECHO_AGENT, RawAgent
+from crow_testing.fakemodel import Hang, Text
+from crow_testing.serve_support import CROW_SERVE, write_config
+from crow_testing.support import ECHO_AGENT, RawAgent
 
 from crow.acp.errors import (
     INVALID_PARAMS,

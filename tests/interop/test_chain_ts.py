@@ -12,9 +12,9 @@ import shlex
 import sys
 
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import write_config
-from support import ROOT
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import write_config
+from crow_testing.support import ROOT
 from test_serve_tools import probe_config
 from test_ts_sdk import TS_ECHO_AGENT, drive, run_driver
 from test_v1_ts import drive_v1

@@ -4,9 +4,8 @@ made: both ``crow serve`` processes on one PostgreSQL store (``CROW_STORE_URL``)
 from __future__ import annotations
 
 import pytest
-from fakemodel import Text
-from serve_support import text_of
-from test_serve_http import HttpServer
+from crow_testing.fakemodel import Text
+from crow_testing.serve_support import HttpServer, text_of
 from test_ts_sdk import TS_DIR, run_driver
 
 pytestmark = pytest.mark.interop

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from support import ROOT
+from crow_testing.support import ROOT
 
 from crow.acp import ClientSide, schema, spawn
 
@@ -102,8 +102,8 @@ async def test_crows_client_cancels_a_ts_sdk_agent_turn():
 
 
 def test_the_ts_sdk_client_drives_crow_serve(crow_home, scripted_model):
-    from fakemodel import Text
-    from serve_support import write_config
+    from crow_testing.fakemodel import Text
+    from crow_testing.serve_support import write_config
 
     write_config(crow_home, scripted_model.base_url)
     scripted_model.set_default(Text(text="Hello from the model", chunks=3, reasoning="hmm"))
@@ -137,8 +137,8 @@ def test_the_ts_sdk_client_drives_crow_serve(crow_home, scripted_model):
 
 def test_the_ts_sdk_validates_the_tool_call_surface(crow_home, scripted_model):
     """Tool calls, a permission request, a diff and a display terminal, as the SDK sees them."""
-    from fakemodel import Text, ToolCalls
-    from serve_support import write_config
+    from crow_testing.fakemodel import Text, ToolCalls
+    from crow_testing.serve_support import write_config
     from test_serve_tools import probe_config
 
     write_config(
@@ -178,8 +178,8 @@ def test_the_ts_sdk_validates_the_tool_call_surface(crow_home, scripted_model):
 
 def test_the_ts_sdk_validates_a_turn_that_recalls_a_memory(crow_home, scripted_model):
     """The recalled memories arrive as an ordinary (completed, kind search) tool call."""
-    from fakemodel import Text
-    from serve_support import write_config
+    from crow_testing.fakemodel import Text
+    from crow_testing.serve_support import write_config
     from test_memory import crow_memory, memory_config
 
     write_config(crow_home, scripted_model.base_url, extra=memory_config(scripted_model.base_url))
@@ -197,8 +197,8 @@ def test_the_ts_sdk_validates_a_turn_that_recalls_a_memory(crow_home, scripted_m
 def test_the_ts_sdk_validates_a_judged_turn_and_still_sees_it_complete(crow_home, scripted_model):
     """The verdict is one more agent_message, after the worker's idle: the SDK client
     takes the idle as the turn's end, then sees the verdict, live and replayed."""
-    from fakemodel import Text, ToolCalls
-    from serve_support import write_config
+    from crow_testing.fakemodel import Text, ToolCalls
+    from crow_testing.serve_support import write_config
 
     write_config(crow_home, scripted_model.base_url, extra='[tools]\nbuiltin = ["fs"]\n')
     verdict = ("verdict", {"pass": True, "reasons": ["it said hello"]})
@@ -243,9 +243,8 @@ def test_crow_run_drives_the_ts_sdk_echo_agent():
 def test_the_ts_sdk_http_and_websocket_clients_drive_crow_serve_http(
     crow_home, scripted_model, transport
 ):
-    from fakemodel import Text
-    from serve_support import write_config
-    from test_serve_http import HttpServer
+    from crow_testing.fakemodel import Text
+    from crow_testing.serve_support import HttpServer, write_config
 
     write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
     scripted_model.set_default(Text(text="Hello over the wire", chunks=3))
@@ -276,8 +275,8 @@ def test_the_ts_sdk_validates_held_prompts_and_background_work(crow_home, script
     """Two prompts at once (the second held, shown in ``_crow/queue``, inserted after
     the first's idle) and a process left running by a tool, listed in
     ``state_update.background`` until it ends: every message valid to the SDK."""
-    from fakemodel import Slow, Text, ToolCalls
-    from serve_support import write_config
+    from crow_testing.fakemodel import Slow, Text, ToolCalls
+    from crow_testing.serve_support import write_config
 
     from crow.extensions import QUEUE
 

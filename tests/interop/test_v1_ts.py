@@ -13,9 +13,9 @@ import asyncio
 import sys
 
 import pytest
-from fakemodel import Text, ToolCalls
-from serve_support import CROW_SERVE, write_config
-from support import ROOT
+from crow_testing.fakemodel import Text, ToolCalls
+from crow_testing.serve_support import CROW_SERVE, write_config
+from crow_testing.support import ROOT
 from test_serve_tools import probe_config
 from test_ts_sdk import run_driver
 

@@ -53,8 +53,8 @@ from typing import Any
 
 import orjson
 import pytest
-from fakemodel import Text
-from serve_support import write_config
+from crow_testing.fakemodel import Text
+from crow_testing.serve_support import write_config
 
 from crow.acp.transports.http_client import connect_url
 from crow.agent.quiet import QUIET_S

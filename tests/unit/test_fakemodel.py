@@ -10,10 +10,10 @@ import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
-import fakemodel
 import openai
 import pytest
-from fakemodel import Drop, Error, Hang, ScriptedModel, Slow, Text, ToolCalls
+from crow_testing import fakemodel
+from crow_testing.fakemodel import Drop, Error, Hang, ScriptedModel, Slow, Text, ToolCalls
 
 # The fixture, under its own name; importing it by name makes ruff report F811 on every test
 # that takes it as a parameter (a conftest re-export avoids that).

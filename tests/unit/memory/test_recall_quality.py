@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from crow_testing.recall import LABELLED, evaluate
 
 from crow.memory.embedders import MiniLMEmbedder
 from crow.memory.minilm import installed as offline_installed
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "bench"))
-from memory_bench import LABELLED, evaluate  # noqa: E402
 
 
 @pytest.fixture(scope="module")

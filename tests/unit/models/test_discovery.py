@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from fakemodel import Text
+from crow_testing.fakemodel import Text
 
 from crow.config import Config as CrowConfig
 from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy

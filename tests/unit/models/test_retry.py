@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fakemodel import Error, Text
+from crow_testing.fakemodel import Error, Text
 
 from crow.config import Config, ModelSpec, Paths, ProviderSpec, RetryPolicy
 from crow.models import router as router_module

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from fakemodel import Drop, Error, Hang, Text
+from crow_testing.fakemodel import Drop, Error, Hang, Text
 
 from crow.config import Config as CrowConfig
 from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from fakemodel import Drop, Hang, StreamError, Text
+from crow_testing.fakemodel import Drop, Hang, StreamError, Text
 
 from crow.config import Config as CrowConfig
 from crow.config import ModelSpec, Paths, ProviderSpec, RetryPolicy
@@ -168,7 +168,7 @@ async def test_model_calls_go_through_the_proxy_the_environment_names(scripted_m
 
 
 async def test_an_error_answer_is_told_on_one_short_line(scripted_model):
-    from fakemodel import Error
+    from crow_testing.fakemodel import Error
 
     from crow.models.errors import ModelOverloaded
     from crow.models.transport import ERROR_TEXT_CHARS

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from support import RawAgent
+from crow.acp import ClientSide, schema
+from crow.acp.transports.http_client import connect_url, split_token
+
+from .support import RawAgent
 
 CROW_SERVE = [sys.executable, "-m", "crow", "serve"]
 
@@ -141,3 +147,61 @@ class Terminals:
         for child in self.children:
             if child.isalive():
                 child.close(force=True)
+
+
+CLIENT_INFO = schema.Implementation(name="http-test", version="0")
+
+
+class HttpServer:
+    """``crow serve --http`` on a free port (or ``command``, any server printing its URL).
+
+    ``url`` is the URL it prints, with its ``?token=``; ``bare_url`` is without."""
+
+    def __init__(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        command: list[str] | None = None,
+        bind: str = "127.0.0.1:0",
+        **popen: Any,
+    ) -> None:
+        self.process = subprocess.Popen(
+            command or [sys.executable, "-m", "crow", "serve", "--http", bind, *args],
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **(env or {})},
+            **popen,
+        )
+        assert self.process.stderr is not None
+        self.first_lines = ""  # what it printed before the URL
+        for line in self.process.stderr:
+            found = re.search(r"serving ACP at (http://\S+)", line)
+            if found:
+                self.url = found.group(1)
+                self.bare_url, self.token = split_token(self.url)
+                break
+            self.first_lines += line
+        else:
+            raise RuntimeError("crow serve --http did not start")
+
+    @property
+    def ws_url(self) -> str:
+        return self.url.replace("http://", "ws://")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+            assert self.process.stderr is not None
+            self.process.stderr.close()
+
+
+async def client_for(url: str, **kwargs: Any) -> ClientSide:
+    client = ClientSide(await connect_url(url), info=CLIENT_INFO, **kwargs)
+    await client.__aenter__()
+    await client.initialize()
+    return client

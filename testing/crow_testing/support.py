@@ -13,7 +13,7 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ECHO_AGENT = [sys.executable, str(ROOT / "examples" / "echo_agent.py")]
 WAIT_S = 10.0
 #: Lines of an agent's stderr shown in the error that reports it stuck.
