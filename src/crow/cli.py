@@ -338,7 +338,7 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     from .agent.memory_debug import run_with_debug_hooks
-    from .agent.serve import serve_stdio  # not needed for --help
+    from .serve.stdio import serve_stdio  # not needed for --help
 
     _run_server(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
     _exit_now(0)
@@ -347,9 +347,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_server(serving: Any) -> None:
     """Run a server to its end; a store that cannot be opened (a PostgreSQL server
     down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
-    from .agent.serve_http import AddressInUse, ServeError
     from .agent.slow_exit import serve_then_leave
     from .event_loop import run
+    from .serve.http import AddressInUse, ServeError
     from .store.db import StoreError
 
     leaving = serve_then_leave(serving, _exit_now)
@@ -367,8 +367,8 @@ def _run_server(serving: Any) -> None:
 
 def _add_judge(agent: Any) -> None:
     """crow serve's own judge: it verifies the sessions clients ask it to."""
-    from .agent.serve import open_follower
     from .orchestra.resident import ResidentJudge
+    from .serve.stdio import open_follower
 
     agent.judge = ResidentJudge(agent.config, agent.router, lambda: open_follower(agent))
 
@@ -387,7 +387,7 @@ def _exit_now(code: int) -> NoReturn:
 def _serve_http(config: Any, args: argparse.Namespace) -> int:
     from .acp.transports.http_server import HttpLimits
     from .agent.memory_debug import run_with_debug_hooks
-    from .agent.serve_http import ServeError, security_for, serve_http
+    from .serve.http import ServeError, security_for, serve_http
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"

@@ -15,7 +15,7 @@ next server on that port replaces it.  And a reader sends the token only when
 that process still holds the port's listening socket.
 
 This module owns the file's name, format and lifetime, not the token's policy
-(``crow.agent.serve_http``) nor how a client sends it (``crow.acp.transports``).
+(``crow.serve.http``) nor how a client sends it (``crow.acp.transports``).
 """
 
 from __future__ import annotations

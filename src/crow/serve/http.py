@@ -45,7 +45,7 @@ from crow.config import Config, ServerSettings
 from crow.redact import register_secret
 from crow.runtime_file import WILDCARDS, is_loopback, publish
 
-from .serve import Setup, serve_connection, start_agent
+from .stdio import Setup, serve_connection, start_agent
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
 
@@ -174,7 +174,7 @@ async def _serve_on(
 ) -> None:
     import uvicorn
 
-    from crow.acp.transports.ws_bursts import BurstWebSocketProtocol
+    from .ws_bursts import BurstWebSocketProtocol
 
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)

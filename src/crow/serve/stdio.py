@@ -18,11 +18,10 @@ from collections.abc import Callable
 
 from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.acp.transports.memory import memory_pair
+from crow.agent.service import CrowAgent
 from crow.config import Config
 from crow.imports import import_off_loop
 from crow.store.db import open_store
-
-from .service import CrowAgent
 
 __all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent"]
 
