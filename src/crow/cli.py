@@ -67,7 +67,7 @@ def run() -> None:
     # Ctrl-C from here on (the interpreter joining a worker thread, say) leaves at once,
     # quietly: the command is done.
     signal.signal(signal.SIGINT, lambda *_: os._exit(EXIT_INTERRUPTED))
-    from .imports import importing
+    from .runtime.imports import importing
 
     if importing():  # an import thread must not meet the interpreter's finalization
         _tell_the_reaper()
@@ -82,8 +82,8 @@ def run() -> None:
 def _tell_the_reaper() -> None:
     """Before ``os._exit`` (which skips the atexit hook doing it): the children this
     process adopted are told to its reaper, so they die with it (crow.children)."""
-    if "crow.children" in sys.modules:
-        sys.modules["crow.children"].adopt_orphans()
+    if "crow.runtime.children" in sys.modules:
+        sys.modules["crow.runtime.children"].adopt_orphans()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -326,7 +326,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .redact import register_config_secrets
 
     register_config_secrets(config)  # their values are masked in every log line
-    from .gc_tuning import tune_for_serving
+    from .runtime.gc_tuning import tune_for_serving
 
     tune_for_serving()
     if args.http:
@@ -337,7 +337,7 @@ def _serve(args: argparse.Namespace) -> int:
             "to talk with Crow yourself, run crow chat (Ctrl-D leaves this)",
             file=sys.stderr,
         )
-    from .agent.memory_debug import run_with_debug_hooks
+    from .runtime.memory_debug import run_with_debug_hooks
     from .serve.stdio import serve_stdio  # not needed for --help
 
     _run_server(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
@@ -347,8 +347,8 @@ def _serve(args: argparse.Namespace) -> int:
 def _run_server(serving: Any) -> None:
     """Run a server to its end; a store that cannot be opened (a PostgreSQL server
     down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
-    from .agent.slow_exit import serve_then_leave
-    from .event_loop import run
+    from .runtime.event_loop import run
+    from .runtime.slow_exit import serve_then_leave
     from .serve.http import AddressInUse, ServeError
     from .store.db import StoreError
 
@@ -386,7 +386,7 @@ def _exit_now(code: int) -> NoReturn:
 
 def _serve_http(config: Any, args: argparse.Namespace) -> int:
     from .acp.transports.http_server import HttpLimits
-    from .agent.memory_debug import run_with_debug_hooks
+    from .runtime.memory_debug import run_with_debug_hooks
     from .serve.http import ServeError, security_for, serve_http
 
     host, _, port = args.http.rpartition(":")

@@ -46,6 +46,8 @@ from crow.config import Config
 from crow.extensions import FROM, JUDGE_OF, POST_JUDGING, POST_VERDICT, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
+from crow.runtime.quiet import MemoryRelease
+from crow.runtime.slow_exit import REPORT_AFTER_S, report_if_slow
 from crow.store.aio import AsyncStore, settled
 from crow.store.db import SessionRecord, Store, StoreError, StoreUnavailable
 from crow.store.lease import RENEW_EVERY_S, expiry, this_process
@@ -53,12 +55,10 @@ from crow.store.lease import RENEW_EVERY_S, expiry, this_process
 from . import commands, verdicts
 from .content import prompt_capabilities, to_user_content
 from .queue import insert_mode
-from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession, new_id, now
 from .shared_questions import SharedQuestions
 from .shared_queue import SharedQueue
-from .slow_exit import REPORT_AFTER_S, report_if_slow
 from .tooling import client_servers, mcp_capabilities, start_tools
 from .turn import Turn
 from .watchers import V2Watcher, Watcher

@@ -57,7 +57,6 @@ from typing import IO, Any
 
 import orjson
 
-from crow import children
 from crow.acp.chain import (
     EXPECTED_INITIALIZE,
     ONLY_CONDUCTOR,
@@ -91,6 +90,7 @@ from crow.acp.errors import (
 from crow.acp.jsonrpc import Transport
 from crow.acp.router import MessageTransport
 from crow.acp.transports.stdio import StdioTransport
+from crow.runtime import children
 
 __all__ = ["Component", "ComponentError", "Conductor"]
 

@@ -9,7 +9,7 @@ reach a loopback port.  The token is ``[server] token`` from config.toml, or one
 generated at start (always a fresh one with ``--new-token``).  It is presented as
 ``Authorization: Bearer <token>`` (the scheme in any case) or as a ``token`` query
 parameter; a missing or wrong one gets 401 before any ACP processing.  The URL
-with ``?token=`` is printed once on stderr, and ``crow.runtime_file`` tells
+with ``?token=`` is printed once on stderr, and ``crow.runtime.runtime_file`` tells
 Crow's own clients.  ``--no-token`` turns it off, on loopback only.
 
 Before the token, the ``Host`` header must name the bound address (for a
@@ -43,7 +43,7 @@ from starlette.types import Scope
 from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTransport
 from crow.config import Config, ServerSettings
 from crow.redact import register_secret
-from crow.runtime_file import WILDCARDS, is_loopback, publish
+from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
 from .stdio import Setup, serve_connection, start_agent
 

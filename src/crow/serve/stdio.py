@@ -20,7 +20,7 @@ from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.acp.transports.memory import memory_pair
 from crow.agent.service import CrowAgent
 from crow.config import Config
-from crow.imports import import_off_loop
+from crow.runtime.imports import import_off_loop
 from crow.store.db import open_store
 
 __all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent"]

@@ -328,7 +328,7 @@ def _label(pid: int, tag: str) -> str | None:
 def _stat(pid: int) -> list[bytes] | None:
     """The fields of ``/proc/PID/stat`` after the command name (state first); None if gone.
 
-    Here rather than from ``crow.proc``: the reaper runs this file alone, importing nothing."""
+    Here rather than from ``proc``: the reaper runs this file alone, importing nothing."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
