@@ -64,15 +64,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from ..frames import session_of_update
+
 __all__ = ["AcpHttpApp", "HttpLimits", "HttpTransport"]
 
 log = logging.getLogger("crow.acp.http")
 
 CONNECTION_HEADER = "acp-connection-id"
 SESSION_HEADER = "acp-session-id"
-#: How a ``session/update`` notification from Crow's sessions begins (compact JSON,
-#: ``sessionId`` first: crow.agent.watchers.update_frame): its stream is read off it.
-UPDATE_PREFIX = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
 #: How long the initialize POST waits for its answer.
 INITIALIZE_WAIT_S = 30.0
 #: How long a closing WebSocket waits to flush its last frames and close frame.
@@ -273,12 +272,10 @@ class HttpTransport:
                 self.initializing.clear()
 
     def _route(self, frame: bytes) -> None:
-        if frame.startswith(UPDATE_PREFIX):  # most frames: no need to parse them
-            end = frame.find(b'"', len(UPDATE_PREFIX))
-            session_id = frame[len(UPDATE_PREFIX) : end]
-            if end > 0 and b"\\" not in session_id:  # an escaped id: parsed below
-                self.session_stream(session_id.decode()).put(frame)
-                return
+        update_of = session_of_update(frame)  # most frames: no need to parse them
+        if update_of is not None:
+            self.session_stream(update_of).put(frame)
+            return
         message = orjson.loads(frame)
         session: Any = None
         if isinstance(message, dict) and "method" not in message:  # a response
