@@ -43,6 +43,7 @@ from starlette.types import Scope
 from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTransport
 from crow.config import Config, ServerSettings
 from crow.redact import register_secret
+from crow.runtime.gc_tuning import collect_now
 from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
 from .stdio import Setup, serve_connection, start_agent
@@ -185,7 +186,7 @@ async def _serve_on(
     async def serve(transport: HttpTransport) -> None:
         await serve_connection(agent, transport)  # v1 or v2, by its initialize
 
-    app = AcpHttpApp(serve, limits=limits, check=security.check)
+    app = AcpHttpApp(serve, limits=limits, check=security.check, on_expired=collect_now)
     published: list[Path] = []  # the runtime file, once written
 
     class Server(uvicorn.Server):
