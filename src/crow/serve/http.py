@@ -173,9 +173,10 @@ async def _serve_on(
     limits: HttpLimits | None,
     setup: Setup | None,
 ) -> None:
+    # uvicorn (~60 ms) only for --http: crow serve on stdio imports this module too.
     import uvicorn
 
-    from .ws_bursts import BurstWebSocketProtocol
+    from .ws_bursts import BurstWebSocketProtocol  # uvicorn's too (see above)
 
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
+from importlib.metadata import version
 
 from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.acp.transports.memory import memory_pair
@@ -34,8 +35,6 @@ log = logging.getLogger("crow.agent")
 @functools.cache
 def agent_info() -> schema.Implementation:
     """Crow's ``info``, read once per process (a metadata lookup scans ``sys.path``)."""
-    from importlib.metadata import version
-
     return schema.Implementation(name="crow", title="Crow", version=version("crow-cli"))
 
 

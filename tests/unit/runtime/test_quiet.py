@@ -10,7 +10,8 @@ import weakref
 
 import pytest
 
-from crow.runtime.quiet import MemoryRelease, _malloc_trim, release_memory
+from crow.runtime.quiet import MemoryRelease, release_memory
+from crow.runtime.quiet import malloc_trim as _malloc_trim
 
 
 async def test_a_release_waits_for_quiet_checks_again_and_keeps_its_distance():
