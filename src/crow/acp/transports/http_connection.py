@@ -277,16 +277,20 @@ class HttpTransport:
 
 
 def id_key(value: Any) -> Any:
+    """A request id as a key: ``"7"`` and ``7`` name the same request."""
     return str(value) if isinstance(value, (int, str)) else value
 
 
 def session_of(message: dict[str, Any]) -> str | None:
+    """The message's ``params.sessionId``, if it is a string."""
     params = message.get("params")
     session = params.get("sessionId") if isinstance(params, dict) else None
     return session if isinstance(session, str) else None
 
 
 async def sse_events(stream: Stream) -> AsyncIterator[bytes]:
+    """A stream's SSE body: its frames as ``data:`` events, a burst per write, and a
+    keepalive comment when it has been idle for ``keepalive_s``."""
     loop = asyncio.get_running_loop()
     try:
         while True:

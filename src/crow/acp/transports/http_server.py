@@ -44,6 +44,10 @@ lock the others out.
 The app knows nothing of agents: ``serve`` is called with each new
 connection's transport and serves it until it ends.  Authentication and the
 Origin check happen before any ACP processing.
+
+This module is the ASGI app: the connections, the requests, the WebSockets.  One
+connection's output and its limits are ``http_connection``; what a request must carry
+and the refusals, ``http_requests``.
 """
 
 from __future__ import annotations
