@@ -39,8 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from crow.config import embedded_spec  # noqa: E402
+from crow.extras import embedded_available  # noqa: E402
 from crow.models.events import Finished, TextDelta, ToolCallDelta  # noqa: E402
-from crow.models.local import RUNTIME_ENV, RUNTIMES, LocalModels, embedded_available  # noqa: E402
+from crow.models.local import RUNTIME_ENV, RUNTIMES, LocalModels  # noqa: E402
 
 SHORT = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
 LONG = [{"role": "user", "content": "Write a long story about a crow who learns to code."}]

@@ -15,7 +15,7 @@ message, the traceback and the stack text:
 
 The patterns are a net, not a proof: a credential with no telltale shape that
 was never registered can still slip through, so values Crow knows are
-registered at start-up (``register_config_secrets``).  Masking is idempotent
+registered at start-up (``crow.config.secrets``).  Masking is idempotent
 (masked text masks to itself) and errs towards masking too much.
 
 This module owns what counts as a credential in text; where logs go is
@@ -25,23 +25,19 @@ This module owns what counts as a credential in text; where logs go is
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 from urllib.parse import quote, unquote, urlsplit
-
-if TYPE_CHECKING:
-    from .config import Config
 
 __all__ = [
     "MASK",
     "RedactingFilter",
     "redact",
     "redact_url",
-    "register_config_secrets",
+    "register_named",
     "register_secret",
+    "url_password",
 ]
 
 MASK = "***"
@@ -102,38 +98,20 @@ def register_secret(value: str | None) -> None:
         _secret_pattern = re.compile("|".join(map(re.escape, longest_first)))
 
 
-def register_config_secrets(config: Config) -> None:
-    """Register what a loaded ``crow.config.Config`` knows to be secret: the server
-    token, every provider's API key (and its ``api_key_env`` variable), the
-    password of a base URL or of the store's PostgreSQL URL, ``OPENAI_API_KEY``,
-    and the credential-looking headers and environment of configured MCP servers."""
-    register_secret(os.environ.get("OPENAI_API_KEY"))
-    register_secret(config.server.token)
-    for provider in config.providers.values():
-        register_secret(provider.api_key)
-        if provider.api_key_env:
-            register_secret(os.environ.get(provider.api_key_env))
-        register_secret(_url_password(provider.base_url))
-    for server in config.tools.servers:
-        _register_named(server.headers.items())
-        _register_named(server.env.items())
-        if server.url:
-            register_secret(_url_password(server.url))
-    if config.store_url:
-        register_secret(_url_password(config.store_url))
-
-
-def _register_named(pairs: Iterable[tuple[str, str]]) -> None:
+def register_named(pairs: Iterable[tuple[str, str]]) -> None:
+    """Register the values of ``pairs`` (headers, an environment) whose name says
+    they hold a credential; of ``Bearer x``, ``x`` alone too."""
     for name, value in pairs:
         if _NAMED_CREDENTIAL.search(name):
             register_secret(value)
-            register_secret(value.partition(" ")[2])  # "Bearer x": x alone too
+            register_secret(value.partition(" ")[2])
 
 
 _NAMED_CREDENTIAL = re.compile(r"(?i)authorization|key|token|secret|password|passwd|cookie")
 
 
-def _url_password(url: str | None) -> str | None:
+def url_password(url: str | None) -> str | None:
+    """The password in ``url``'s userinfo (decoded), or None."""
     try:
         password = urlsplit(url).password if url else None
     except ValueError:

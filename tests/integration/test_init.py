@@ -11,7 +11,7 @@ import pytest
 from fakemodel import Text
 
 from crow.config import Paths, load_config
-from crow.models.local import embedded_available
+from crow.extras import embedded_available
 
 needs_local = pytest.mark.skipif(
     not embedded_available() and os.environ.get("CROW_REQUIRE_LOCAL") != "1",

@@ -12,7 +12,7 @@ import pytest
 from fakemodel import Error, Text
 from serve_support import write_config
 
-from crow.models.local import embedded_available
+from crow.extras import embedded_available
 
 
 def crow_models(*args: str) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from serve_support import write_config
 from support import ROOT
 from test_serve_tools import probe_config
 
-from crow.models.local import embedded_available
+from crow.extras import embedded_available
 
 CROW = [sys.executable, "-m", "crow"]
 

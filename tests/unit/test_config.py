@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from crow.config import ConfigError, Paths, load_config
-from crow.config_template import Found, write_default_config
+from crow.config.template import Found, write_default_config
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def embedded(monkeypatch):
     """Whether the local extra counts as installed."""
 
     def set_installed(installed: bool) -> None:
-        monkeypatch.setattr("crow.models.local.embedded_available", lambda: installed)
+        monkeypatch.setattr("crow.extras.embedded_available", lambda: installed)
 
     return set_installed
 

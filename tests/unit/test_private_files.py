@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from crow.cli import _setup_logging
+from crow.cli.logs import setup_logging as _setup_logging
 from crow.config import Paths, load_config, save_permission
-from crow.config_template import Found, write_default_config
+from crow.config.template import Found, write_default_config
 from crow.private import private_dir, private_file, tighten_file, write_private
 from crow.store.db import Store
 

@@ -10,12 +10,12 @@ import pytest
 
 from crow import redact as redact_module
 from crow.config import Paths, load_config
+from crow.config.secrets import register_config_secrets
 from crow.redact import (
     MASK,
     RedactingFilter,
     redact,
     redact_url,
-    register_config_secrets,
     register_secret,
 )
 

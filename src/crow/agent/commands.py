@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crow.acp import schema
 from crow.config import Config
+from crow.ids import now
 from crow.redact import redact_url
 
 from . import compaction, memory
-from .session import now
-
-if TYPE_CHECKING:
-    from .turn import Turn
+from .host import TurnContext
 
 __all__ = ["available_commands", "available_commands_update", "parse", "run"]
 
@@ -30,17 +28,17 @@ class Command:
     name: str
     description: str
     hint: str | None
-    handler: Callable[[Turn, str], Awaitable[str]]
+    handler: Callable[[TurnContext, str], Awaitable[str]]
 
 
-async def _help(turn: Turn, args: str) -> str:
+async def _help(turn: TurnContext, args: str) -> str:
     lines = [f"/{c.name}{' ' + c.hint if c.hint else ''} — {c.description}" for c in COMMANDS]
     await turn.note("Commands:\n" + "\n".join(lines), "info")
     return "end_turn"
 
 
-async def _model(turn: Turn, args: str) -> str:
-    agent, session = turn.agent, turn.session
+async def _model(turn: TurnContext, args: str) -> str:
+    agent, session = turn.host, turn.session
     name = args.strip()
     if not name:
         names = ", ".join(
@@ -80,7 +78,7 @@ def _described(config: Config, name: str) -> str:
     return f"{name} ({spec.model_id} at {redact_url(provider.base_url)})"
 
 
-async def _compact(turn: Turn, args: str) -> str:
+async def _compact(turn: TurnContext, args: str) -> str:
     done = await compaction.compact(turn, reason="you asked for it", keep_last_user=False)
     if not done:
         await turn.note("Nothing to compact yet.", "info")
@@ -91,7 +89,7 @@ async def _compact(turn: Turn, args: str) -> str:
 MAX_TITLE_CHARS = 200
 
 
-async def _title(turn: Turn, args: str) -> str:
+async def _title(turn: TurnContext, args: str) -> str:
     title = " ".join(args.split())
     if not title:
         await turn.note("Usage: /title <new title>", "error")
@@ -156,9 +154,9 @@ def parse(blocks: list[Any]) -> tuple[Command, str] | None:
     return None if command is None else (command, args)
 
 
-async def run(turn: Turn) -> str | None:
-    """Answer the turn's slash command; None when the prompt is not one."""
-    if turn.command is None:
+async def run(turn: TurnContext, invoked: tuple[Command, str] | None) -> str | None:
+    """Answer the turn's slash command (``parse``); None when the prompt is not one."""
+    if invoked is None:
         return None
-    command, args = turn.command
+    command, args = invoked
     return await command.handler(turn, args)

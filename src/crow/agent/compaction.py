@@ -9,12 +9,11 @@ then copies the recent messages after it, so they stay verbatim.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crow.models.events import TextDelta
 
-if TYPE_CHECKING:
-    from .turn import Turn
+from .host import TurnContext
 
 __all__ = ["compact", "summary_text"]
 
@@ -32,7 +31,7 @@ def summary_text(message: dict[str, Any]) -> str:
     return SUMMARY_PREFIX + str(message.get("content", ""))
 
 
-async def compact(turn: Turn, *, reason: str, keep_last_user: bool = True) -> bool:
+async def compact(turn: TurnContext, *, reason: str, keep_last_user: bool = True) -> bool:
     """Summarise all but the most recent messages; False if there is nothing to do."""
     store, session = turn.store, turn.session
     entries = await session.transcript()
@@ -40,13 +39,13 @@ async def compact(turn: Turn, *, reason: str, keep_last_user: bool = True) -> bo
     older, recent = (entries[:-keep], entries[-keep:]) if keep else (entries, [])
     if len(older) < 2:
         return False
-    spec = turn.agent.router.spec(session.model)
+    spec = turn.host.router.spec(session.model)
     budget = spec.context_window * 3  # characters: about three quarters of the window
     rendered = _render(older)[-budget:]
     request = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": rendered}]
     pieces = [
         e.text
-        async for e in turn.agent.router.stream(session.model, request)
+        async for e in turn.host.router.stream(session.model, request)
         if isinstance(e, TextDelta)
     ]
     summary = {"role": "user", "content": "".join(pieces)}

@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from crow.extensions import RECALLED
+from crow.ids import new_id
 from crow.memory import has_memories
 from crow.memory.scopes import MemoryError, MemoryPlace
 
+from .host import TurnContext
+
 if TYPE_CHECKING:
     from crow.memory.store import Hit, Memory, MemoryStore
-
-    from .turn import Turn
 
 __all__ = ["forget_command", "memories_command", "recall_into", "remember_command"]
 
@@ -39,19 +39,19 @@ TEXT_SHARE = 0.5
 CHARS_PER_TOKEN = 4
 
 
-def _store(turn: Turn) -> MemoryStore:
+def _store(turn: TurnContext) -> MemoryStore:
     from crow.memory.shared import shared_store  # LanceDB and numpy: not at start-up
 
-    config = turn.agent.config
+    config = turn.host.config
     return shared_store(config.paths.memory, config.memory)
 
 
-def _place(turn: Turn) -> MemoryPlace:
+def _place(turn: TurnContext) -> MemoryPlace:
     return MemoryPlace(turn.session.record.cwd, turn.session.id)
 
 
-def enabled(turn: Turn) -> bool:
-    config = turn.agent.config
+def enabled(turn: TurnContext) -> bool:
+    config = turn.host.config
     return (
         config.memory.auto_recall
         and "memory" in config.tools.builtin
@@ -59,12 +59,12 @@ def enabled(turn: Turn) -> bool:
     )
 
 
-async def recall_into(turn: Turn) -> None:
+async def recall_into(turn: TurnContext) -> None:
     """Recall memories for the turn's prompt, show them, and give them to the model."""
     query = " ".join(b.text for b in turn.blocks if getattr(b, "type", None) == "text").strip()
     if not query or not enabled(turn):
         return
-    settings = turn.agent.config.memory
+    settings = turn.host.config.memory
     scopes = _place(turn).visible()
     try:
         found = await asyncio.to_thread(
@@ -84,7 +84,7 @@ async def recall_into(turn: Turn) -> None:
     await turn.session.emit(
         {
             "sessionUpdate": "tool_call_update",
-            "toolCallId": f"tc_{uuid.uuid4().hex[:16]}",
+            "toolCallId": new_id("tc"),
             "title": f"Recalled {count}",
             "kind": "search",
             "status": "completed",
@@ -144,7 +144,7 @@ def _raw(hit: Hit) -> dict[str, Any]:
 
 
 # ---- slash commands ---------------------------------------------------------------
-async def _refusable(turn: Turn, work: Callable[[], T]) -> T | None:
+async def _refusable(turn: TurnContext, work: Callable[[], T]) -> T | None:
     """Store work off the loop; a refusal (bad text, scope) is told to the user."""
     try:
         return await asyncio.to_thread(work)
@@ -153,7 +153,7 @@ async def _refusable(turn: Turn, work: Callable[[], T]) -> T | None:
         return None
 
 
-async def remember_command(turn: Turn, args: str) -> str:
+async def remember_command(turn: TurnContext, args: str) -> str:
     text = args.strip()
     if not text:
         await turn.note("Usage: /remember <text> (kept for this project)", "error")
@@ -171,7 +171,7 @@ async def remember_command(turn: Turn, args: str) -> str:
     return "end_turn"
 
 
-async def forget_command(turn: Turn, args: str) -> str:
+async def forget_command(turn: TurnContext, args: str) -> str:
     memory_id = args.strip()
     if not memory_id:
         await turn.note("Usage: /forget <id> (/memories lists them)", "error")
@@ -189,7 +189,7 @@ async def forget_command(turn: Turn, args: str) -> str:
     return "end_turn"
 
 
-async def memories_command(turn: Turn, args: str) -> str:
+async def memories_command(turn: TurnContext, args: str) -> str:
     query = args.strip()
     scopes = _place(turn).visible()
 

@@ -20,6 +20,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from crow.servers._fs_edit import replace_text
+from crow.servers._fs_patch import git_patch
+from crow.servers._fs_safe import open_file
+from crow.servers._fs_text import FsError, decode_text
+from crow.servers.roots import OutsideRoots, Roots
+
 __all__ = ["fs_diff"]
 
 log = logging.getLogger("crow.agent")
@@ -42,12 +48,6 @@ async def fs_diff(
 
 
 def _diff(tool: str, args: dict[str, Any], cwd: str, extra: tuple[str, ...]) -> dict[str, Any]:
-    from crow.servers._fs_edit import replace_text
-    from crow.servers._fs_patch import git_patch
-    from crow.servers._fs_safe import open_file
-    from crow.servers._fs_text import FsError, decode_text
-    from crow.servers.roots import OutsideRoots, Roots
-
     roots = Roots(cwd=Path(cwd), extra=tuple(Path(d) for d in extra))
     path: str = args["path"]
     old: str | None

@@ -27,10 +27,11 @@ import orjson
 from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, ToolCall, schema
+from crow.ids import now
 from crow.store.db import SessionRecord, Store
 from crow.store.lease import expiry, owner_alive, this_process
 
-from .session import new_id, now
+from .session import note_update
 
 __all__ = ["INTERRUPTED", "Closing", "close_interrupted_turns", "closing_for", "is_orphaned"]
 
@@ -103,14 +104,7 @@ def closing_for(store: Store, session_id: str) -> Closing:
     for call in projection.tool_calls.values():
         if call.status not in _FINISHED_TOOL_STATES:
             closing.updates += _failed(call.tool_call_id)
-    closing.updates.append(
-        {
-            "sessionUpdate": "agent_message",
-            "messageId": new_id("note"),
-            "content": [{"type": "text", "text": INTERRUPTED}],
-            "_meta": {"crow/notice": "error"},
-        }
-    )
+    closing.updates.append(note_update(INTERRUPTED, "error"))
     closing.updates.append(
         {
             "sessionUpdate": "state_update",

@@ -10,15 +10,14 @@ doubled; a crash can lose nothing a client has seen.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from crow.extensions import WAIT_OVER
+from crow.ids import new_id, now
 from crow.store.aio import AsyncStore, retrieved, settled
 from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
 from crow.tools.hub import ToolHub
@@ -28,21 +27,42 @@ from .asking import Question
 from .queue import HeldPrompts
 from .watchers import Watcher
 
-if TYPE_CHECKING:
-    from .turn import Turn
-
-__all__ = ["LiveSession", "new_id", "now"]
+__all__ = ["LiveSession", "RunningTurn", "note_update"]
 
 #: A wait shorter than this is not worth a notice: it would flicker past.
 NOTICE_WAITS_AFTER_S = 0.25
 
 
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:16]}"
+def note_update(text: str, severity: str) -> dict[str, Any]:
+    """A message for the user from Crow itself (not the model's words), as an update."""
+    return {
+        "sessionUpdate": "agent_message",
+        "messageId": new_id("note"),
+        "content": [{"type": "text", "text": text}],
+        "_meta": {"crow/notice": severity},
+    }
 
 
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+class RunningTurn(Protocol):
+    """What a session and its agent need of the turn it runs (crow.agent.turn.Turn)."""
+
+    task: asyncio.Task[None] | None
+    takes_steers: bool  # the react loop runs: a prompt may join it
+
+    @property
+    def done(self) -> bool:
+        """Its idle has gone out, or it is over."""
+        ...
+
+    def cancel(self, reason: str) -> None: ...
+
+    async def wait(self) -> None: ...
+
+    async def steer(
+        self, blocks: list[Any], content: list[dict[str, Any]], origin: str | None
+    ) -> str:
+        """Put a prompt into the running turn; returns its message id."""
+        ...
 
 
 @dataclass(eq=False)
@@ -55,7 +75,7 @@ class LiveSession:
     state: str = "idle"  # idle | running | requires_action
     stop_reason: str | None = None
     watchers: set[Watcher] = field(default_factory=set)
-    turn: Turn | None = None  # the latest turn; running while ``busy``
+    turn: RunningTurn | None = None  # the latest turn; running while ``busy``
     starting: asyncio.Future[None] | None = None  # set while a prompt is being accepted
     cancel_on_start: str | None = None  # a cancel that came while it was
     title: str | None = None
@@ -137,14 +157,7 @@ class LiveSession:
 
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
-        await self.emit(
-            {
-                "sessionUpdate": "agent_message",
-                "messageId": new_id("note"),
-                "content": [{"type": "text", "text": text}],
-                "_meta": {"crow/notice": severity},
-            }
-        )
+        await self.emit(note_update(text, severity))
 
     @property
     def id(self) -> str:

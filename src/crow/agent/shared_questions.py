@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from crow.acp import schema
+from crow.ids import new_id
 from crow.store.db import StoreError
 
 from .asking import Question
-from .session import new_id
 
 if TYPE_CHECKING:
     from crow.store.aio import AsyncStore

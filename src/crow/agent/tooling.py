@@ -27,6 +27,8 @@ from typing import Any
 from crow.acp import AuthRequired, InvalidParams, schema
 from crow.config import Config, McpServerSpec
 from crow.memory import has_memories
+from crow.memory.scopes import OWN, READ_ALL, MemoryPlace
+from crow.servers.roots import Roots
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
@@ -117,8 +119,7 @@ def builtin_servers(
     """Factories for the built-in servers of one session (they import mcp: call late)."""
 
     def fs() -> Any:
-        from crow.servers.fs import build_server
-        from crow.servers.roots import Roots
+        from crow.servers.fs import build_server  # mcp (~0.6 s): not at start-up
 
         # The session's cut tool results are kept whole there (crow.tools.caps): its
         # own folder only, so no session reads another's.
@@ -126,21 +127,20 @@ def builtin_servers(
         return build_server(Roots(cwd=Path(cwd), extra=(*(Path(d) for d in extra), *kept)))
 
     def terminal() -> Any:
-        from crow.servers.terminal import build_server
+        from crow.servers.terminal import build_server  # mcp: not at start-up
 
         return build_server(Path(cwd), default_timeout_s=config.tools.timeout_s)
 
     def web() -> Any:
-        from crow.servers.web import build_server
+        from crow.servers.web import build_server  # mcp, httpx: not at start-up
 
         return build_server(
             search_url=config.tools.search_url, allow_hosts=config.tools.fetch_allow_hosts
         )
 
     def memory() -> Any:
-        from crow.memory.scopes import OWN, READ_ALL, MemoryPlace
-        from crow.memory.shared import shared_store
-        from crow.servers.memory import build_server
+        from crow.memory.shared import shared_store  # LanceDB, numpy: not at start-up
+        from crow.servers.memory import build_server  # mcp: not at start-up
 
         folder = config.paths.memory
         reach = READ_ALL if config.memory.model_reads == "all" else OWN

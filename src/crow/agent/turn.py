@@ -33,21 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from crow.extensions import FROM, TURN_ENDED
+from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
-    FallingBack,
     Finished,
-    Loading,
     ReasoningDelta,
-    Retrying,
-    Stripped,
-    Substituted,
     TextDelta,
     ToolCallDelta,
     Usage,
@@ -57,11 +52,11 @@ from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
 
 from . import commands, compaction, instructions, memory
-from .session import LiveSession, new_id, now
+from .history import DURING_REPLY, estimate_tokens, in_model_order
+from .host import TurnHost
+from .reply import Reply, accumulate, add_delta, tell
+from .session import LiveSession, note_update
 from .toolrun import ToolRunner
-
-if TYPE_CHECKING:
-    from .service import CrowAgent
 
 __all__ = ["Turn"]
 
@@ -71,40 +66,24 @@ log = logging.getLogger("crow.agent")
 #: the model's context window (the estimate is rough: about 4 characters a token).
 COMPACT_AT = 0.8
 TITLE_CHARS = 80
-#: The mark of a transcript message steered in while a model reply streamed
-#: (taken off before the model sees it).
-DURING_REPLY = "_crow_during_reply"
 #: How long a turn whose end could not be logged keeps trying, and how often.
 SETTLE_FOR_S = 300.0
 SETTLE_EVERY_S = 1.0
 
 
-@dataclass
-class Reply:
-    """What one model call produced."""
-
-    message_id: str
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish_reason: str | None = None
-    model: str | None = None
-    usage: Usage | None = None
-
-
 class Turn:
     def __init__(
         self,
-        agent: CrowAgent,
+        host: TurnHost,
         session: LiveSession,
         *,
         message_id: str,
         blocks: list[Any],
         content: list[dict[str, Any]],
     ) -> None:
-        self.agent = agent
+        self.host = host
         self.session = session
-        self.store = agent.store
+        self.store = host.store
         self.message_id = message_id
         self.blocks = blocks
         self.content = content
@@ -232,16 +211,17 @@ class Turn:
         except StoreUnavailable as exc:
             self.settle_in_background(update, str(exc))
         self.ended = True
-        self.agent.advance(self.session)  # a held prompt is next
+        self.host.advance(self.session)  # a held prompt is next
 
     def settle_in_background(self, idle: dict[str, Any], why: str) -> None:
         """The store refused the turn's end: tell every watcher now, log it later."""
         session = self.session
         log.error("session %s: could not log the end of the turn: %s", session.id, why)
-        note = _notice(f"The session store failed ({why}); this turn's end is not saved yet.")
+        text = f"The session store failed ({why}); this turn's end is not saved yet."
+        note = note_update(text, "error")
         session.broadcast_unlogged(note)
         session.broadcast_unlogged(idle)
-        self.agent.spawn(_log_when_possible(session, [note, idle]), name=f"settle-{session.id}")
+        self.host.spawn(_log_when_possible(session, [note, idle]), name=f"settle-{session.id}")
 
     async def set_title(self) -> None:
         text = " ".join(b.text for b in self.blocks if getattr(b, "type", None) == "text")
@@ -254,7 +234,7 @@ class Turn:
 
     async def handle_command(self) -> str | None:
         """A slash command is answered here, without the model."""
-        return await commands.run(self)
+        return await commands.run(self, self.command)
 
     # ---- the react loop ---------------------------------------------------------
     async def react(self) -> str:
@@ -268,7 +248,7 @@ class Turn:
             self.takes_steers = False  # from here a prompt waits for the next turn
 
     async def steps(self, hub: ToolHub | None) -> str:
-        for _ in range(self.agent.config.max_steps):
+        for _ in range(self.host.config.max_steps):
             steered = self.steers
             reply = await self.call_model()
             if reply.finish_reason == "length":
@@ -281,7 +261,7 @@ class Turn:
                 return "end_turn"
             await self.run_tools(hub, reply)
             self.tools = [t.openai() for t in hub.tools()]  # a dead server's are gone
-        steps = self.agent.config.max_steps
+        steps = self.host.config.max_steps
         await self.note(
             f"Stopped after {steps} model calls (the limit is model.max_steps "
             "in config.toml). Send another prompt to go on.",
@@ -290,7 +270,7 @@ class Turn:
         return "max_turn_requests"
 
     async def run_tools(self, hub: ToolHub, reply: Reply) -> None:
-        config = self.agent.config
+        config = self.host.config
         runner = ToolRunner(
             self.session,
             hub,
@@ -336,23 +316,23 @@ class Turn:
                 out.append({"role": "user", "content": compaction.summary_text(entry.message)})
             else:
                 out.append(entry.message)
-        return _tool_results_first(_after_their_replies(out))
+        return in_model_order(out)
 
     async def system_prompt(self) -> str:
         """Composed once a turn (AGENTS.md files are read then), for every model call."""
         if self.system is None:
-            spec = await self.agent.router.describe(self.session.model)
+            spec = await self.host.router.describe(self.session.model)
             takes_tools = "tools" in spec.capabilities
             offered = {t["function"]["name"] for t in self.tools} if takes_tools else set()
             self.system = await instructions.system_prompt(
-                self.agent.config, self.session.record.cwd, offered
+                self.host.config, self.session.record.cwd, offered
             )
         return self.system
 
     async def call_model(self) -> Reply:
-        spec = await self.agent.router.describe(self.session.model)
+        spec = await self.host.router.describe(self.session.model)
         messages = await self.messages()
-        if _estimate_tokens(messages) > COMPACT_AT * spec.context_window:
+        if estimate_tokens(messages) > COMPACT_AT * spec.context_window:
             await compaction.compact(self, reason="the conversation nears the context window")
             messages = await self.messages()
         try:
@@ -369,35 +349,18 @@ class Turn:
         finally:
             self.in_reply = False
 
-    @staticmethod
-    def _add_delta(
-        event: TextDelta | ReasoningDelta, reply: Reply, thought_id: str
-    ) -> dict[str, Any]:
-        """Add a delta to the reply (or its reasoning); returns the update it goes out as."""
-        if isinstance(event, TextDelta):
-            reply.text.append(event.text)
-            kind, message_id = "agent_message_chunk", reply.message_id
-        else:
-            reply.reasoning.append(event.text)
-            kind, message_id = "agent_thought_chunk", thought_id
-        return {
-            "sessionUpdate": kind,
-            "messageId": message_id,
-            "content": {"type": "text", "text": event.text},
-        }
-
     async def stream_reply(self, messages: list[dict[str, Any]]) -> Reply:
         session = self.session
         reply = self.reply = Reply(message_id=new_id("msg"))
         thought_id = new_id("msg")
-        stream = self.agent.router.stream(session.model, messages, tools=self.tools)
+        stream = self.host.router.stream(session.model, messages, tools=self.tools)
         # Deltas that arrived together are logged together (one transaction) and
         # sent together.  No wait comes between a delta with ``more`` and the next
         # event, so a burst is never left unsent.
         burst: list[dict[str, Any]] = []
         async for event in stream:
             if isinstance(event, TextDelta | ReasoningDelta):
-                burst.append(self._add_delta(event, reply, thought_id))
+                burst.append(add_delta(event, reply, thought_id))
                 if not event.more:
                     await session.emit_together(*burst)
                     burst.clear()
@@ -406,7 +369,7 @@ class Turn:
                 await session.emit_together(*burst)
                 burst.clear()
             if isinstance(event, ToolCallDelta):
-                _accumulate(reply.tool_calls, event)
+                accumulate(reply.tool_calls, event)
             elif isinstance(event, Finished):
                 reply.finish_reason, reply.model, reply.usage = (
                     event.finish_reason,
@@ -414,37 +377,8 @@ class Turn:
                     event.usage,
                 )
                 session.answered_by = event.model
-            elif isinstance(event, FallingBack) and event.guessed:
-                note = f"using the embedded model {event.to_model} ({event.reason})"
-                await self.note(note, "info")
-            elif isinstance(event, FallingBack):
-                await self.note(
-                    f"{event.from_model} failed ({event.reason}); {event.to_model} takes over.",
-                    "warning",
-                )
-            elif isinstance(event, Substituted):
-                await self.note(
-                    f"ollama has no {event.model}; using {event.model_id}, a model it has "
-                    f"(ollama pull {event.model} for Crow's default)",
-                    "info",
-                )
-            elif isinstance(event, Retrying):
-                asked = ", as the server asked" if event.asked else ""
-                session.notice(
-                    f"retrying {event.model} in {_seconds(event.delay_s)}{asked} "
-                    f"({event.attempt}/{event.attempts})",
-                    "warning",
-                    description=event.reason,
-                )
-            elif isinstance(event, Loading):
-                session.notice(f"loading {event.model}", "info")
-            elif isinstance(event, Stripped):
-                kinds = " and ".join(event.modalities)
-                await self.note(
-                    f"{event.model} cannot read {kinds}: those parts of the prompt "
-                    "were replaced by a note.",
-                    "warning",
-                )
+            else:
+                await tell(session, event)
         if burst:
             await session.emit_together(*burst)
         if reply.reasoning:
@@ -498,7 +432,7 @@ class Turn:
         return {
             "sessionUpdate": "usage_update",
             "used": usage.prompt_tokens + usage.completion_tokens,
-            "size": self.agent.router.spec(model).context_window,
+            "size": self.host.router.spec(model).context_window,
             "_meta": {
                 "crow/model": model,
                 "crow/promptTokens": usage.prompt_tokens,
@@ -515,15 +449,6 @@ class Turn:
     async def note(self, text: str, severity: str) -> None:
         """A message for the user from Crow itself (not the model's words)."""
         await self.session.note(text, severity)
-
-
-def _notice(text: str) -> dict[str, Any]:
-    return {
-        "sessionUpdate": "agent_message",
-        "messageId": new_id("note"),
-        "content": [{"type": "text", "text": text}],
-        "_meta": {"crow/notice": "error"},
-    }
 
 
 async def _log_when_possible(session: LiveSession, updates: list[dict[str, Any]]) -> None:
@@ -562,70 +487,3 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
-
-
-def _accumulate(calls: dict[int, dict[str, Any]], delta: ToolCallDelta) -> None:
-    call = calls.setdefault(delta.index, {"id": None, "name": "", "arguments": ""})
-    call["id"] = delta.id or call["id"]
-    call["name"] += delta.name or ""
-    call["arguments"] += delta.arguments
-
-
-def _estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    return len(orjson.dumps(messages)) // 4
-
-
-def _after_their_replies(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with each prompt steered in while a reply streamed moved after that
-    reply (saved once it was whole, so after it), and the mark taken off."""
-    out: list[dict[str, Any]] = []
-    steered: list[dict[str, Any]] = []
-    for message in messages:
-        if message.get(DURING_REPLY):
-            steered.append({k: v for k, v in message.items() if k != DURING_REPLY})
-            continue
-        if message.get("role") == "assistant":
-            out.append(message)
-        else:
-            out += steered  # no reply followed (cancelled): where it was
-            steered = []
-            out.append(message)
-            continue
-        out += steered
-        steered = []
-    return out + steered
-
-
-def _tool_results_first(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with the results of an assistant message's tool calls right after
-    it: a prompt steered in while the calls ran was saved before their results, and
-    the model's API refuses a tool result that does not follow its call."""
-    out: list[dict[str, Any]] = []
-    waiting: set[str] = set()  # calls of the last assistant message not answered yet
-    moved: list[dict[str, Any]] = []  # what came between them and their results
-    for message in messages:
-        role = message.get("role")
-        if role == "tool" and message.get("tool_call_id") in waiting:
-            waiting.discard(message["tool_call_id"])
-            out.append(message)
-            if not waiting:
-                out += moved
-                moved = []
-            continue
-        if waiting and role != "tool":
-            moved.append(message)
-            continue
-        out += moved
-        moved = []
-        out.append(message)
-        calls = message.get("tool_calls") if role == "assistant" else None
-        waiting = {str(c.get("id")) for c in calls or [] if isinstance(c, dict)}
-    return out + moved
-
-
-def _seconds(value: float) -> str:
-    """A wait for people: "0.3 s", "4 s", "1 min 30 s"."""
-    if value < 10:
-        return f"{value:.1f} s"
-    minutes, seconds = divmod(round(value), 60)
-    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"

@@ -1,5 +1,5 @@
 """Verdicts in sessions: who may post one, what ``_crow/verdict`` writes, and a
-session's verify setting.
+session's verify setting (and whether crow serve's own judge follows it).
 
 A judge (crow.orchestra.judge, in this process or another) posts its verdict on a
 worker's turn.  The agent puts it into the worker session as an ``agent_message``
@@ -23,17 +23,16 @@ ended while it was away; and ``verifyKey``/``verifier``, the key and who signs.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from crow.acp import InvalidParams
 from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+from crow.ids import new_id, now
 from crow.verdict_proof import KeyHandout, new_key, sign
 
-from .session import LiveSession, new_id, now
-
-if TYPE_CHECKING:
-    from .service import CrowAgent
-    from .watchers import Watcher
+from .host import SessionHost
+from .session import LiveSession
+from .watchers import Watcher
 
 __all__ = [
     "EXTERNAL",
@@ -42,6 +41,7 @@ __all__ = [
     "ensure_key",
     "handout",
     "is_judge",
+    "judge_if_verified",
     "judging",
     "judging_started",
     "may_judge",
@@ -64,14 +64,41 @@ def resident_verifies(config: dict[str, Any], every_session: bool) -> bool:
     return bool((config.get("verify") or {}).get("on")) or every_session
 
 
-def is_judge(agent: CrowAgent, session: LiveSession, watcher: Watcher) -> bool:
+async def judge_if_verified(
+    agent: SessionHost, session: LiveSession, setting: dict[str, Any] | None = None
+) -> None:
+    """Store a new verify ``setting`` (None: unchanged); then the resident judge
+    follows the session if it is to be verified, and stops following if not.
+    Verifying starts with the next turn: the history is taken as judged."""
+    config = session.record.config
+    if setting is not None:
+        config = {**config, "verify": setting}
+    verified = resident_verifies(config, agent.config.judge.every_session)
+    if verified and "judgedSeq" not in config:
+        last = await agent.store.submit(agent.store.sync.last_seq, session.id)
+        config = {**config, "judgedSeq": last}
+    if config is not session.record.config:
+        session.record = replace(session.record, config=config)
+        await agent.store.update_session(session.id, config=config)
+    if verified:
+        session.judge = None  # crow serve's own judge takes over from a client's
+        await ensure_key(agent, session, RESIDENT)
+    if agent.judge is None:
+        return
+    if verified:
+        agent.judge.follow(session)
+    else:
+        agent.judge.unfollow(session.id)
+
+
+def is_judge(agent: SessionHost, session: LiveSession, watcher: Watcher) -> bool:
     """Whether ``watcher`` is the session's judge."""
     resident = resident_verifies(session.record.config, agent.config.judge.every_session)
     return resident if watcher.follower else (session.judge is watcher and not resident)
 
 
 def may_judge(
-    agent: CrowAgent, session: LiveSession, watcher: Watcher, setting: dict[str, Any] | None
+    agent: SessionHost, session: LiveSession, watcher: Watcher, setting: dict[str, Any] | None
 ) -> None:
     """Raise unless ``watcher`` (a client resuming with ``_meta["crow/judging"]`` and
     verify ``setting``) may become the session's judge: one judge per session, and
@@ -95,7 +122,7 @@ def judging(meta: Any) -> bool:
     return isinstance(meta, dict) and meta.get(JUDGING) is True
 
 
-async def ensure_key(agent: CrowAgent, session: LiveSession, verifier: str) -> str:
+async def ensure_key(agent: SessionHost, session: LiveSession, verifier: str) -> str:
     """The session's verdict key (made on first need) and who signs with it now."""
     config = session.record.config
     key = config.get("verifyKey")
@@ -119,7 +146,7 @@ def handout(session: LiveSession) -> dict[str, Any] | None:
 
 
 async def post_verdict(
-    agent: CrowAgent, watcher: Watcher, params: dict[str, Any]
+    agent: SessionHost, watcher: Watcher, params: dict[str, Any]
 ) -> dict[str, Any]:
     """``_crow/verdict``: put a judge's verdict into a live session, for everyone,
     signed; refused (and nothing posted) unless ``watcher`` is the session's judge."""
@@ -159,7 +186,7 @@ async def post_verdict(
 
 
 async def judging_started(
-    agent: CrowAgent, watcher: Watcher, params: dict[str, Any]
+    agent: SessionHost, watcher: Watcher, params: dict[str, Any]
 ) -> dict[str, Any]:
     """``_crow/judging``: the session's judge starts on a turn.  The session shows a
     tool call (kind ``think``) listed as background work until the verdict."""
@@ -189,7 +216,7 @@ async def judging_started(
     return {"toolCallId": call_id}
 
 
-async def close_judging(agent: CrowAgent, worker: LiveSession, status: str) -> None:
+async def close_judging(agent: SessionHost, worker: LiveSession, status: str) -> None:
     """End the judging tool call the session shows, if one is open: ``completed``
     (its verdict follows) or ``failed`` (the judge stopped)."""
     call_id = worker.record.config.get("judgingCall")
@@ -247,7 +274,7 @@ def _reasoning(value: Any) -> tuple[str, str] | None:
 
 
 async def _record_reasoning(
-    agent: CrowAgent, worker: LiveSession, prompt: str, answer: str, model: Any
+    agent: SessionHost, worker: LiveSession, prompt: str, answer: str, model: Any
 ) -> str:
     """Add one exchange to the worker's judge session (made on first use, or anew
     when somebody is prompting it); returns its id."""
@@ -274,7 +301,7 @@ async def _record_reasoning(
     return judge.id
 
 
-async def _judge_session(agent: CrowAgent, worker: LiveSession) -> LiveSession:
+async def _judge_session(agent: SessionHost, worker: LiveSession) -> LiveSession:
     known = worker.record.config.get("judgeSessionId")
     if isinstance(known, str):
         live = agent.live.get(known)
@@ -296,7 +323,7 @@ async def _judge_session(agent: CrowAgent, worker: LiveSession) -> LiveSession:
     return judge
 
 
-async def _remember(agent: CrowAgent, session: LiveSession, **fields: Any) -> None:
+async def _remember(agent: SessionHost, session: LiveSession, **fields: Any) -> None:
     """Keep ``fields`` in the session's stored config."""
     config = {**session.record.config, **fields}
     session.record = replace(session.record, config=config)

@@ -1,6 +1,6 @@
 """``crow chat``: a line REPL that follows its session.
 
-The options and what they mean for people are in ``crow.client.args.CHAT_HELP``.
+The options and what they mean for people are in ``crow.cli.client.CHAT_HELP``.
 
 The chat is a client of one session like any other: it shows every turn of the
 session, its own or another client's (``crow.client.follow``), and its input line
@@ -29,19 +29,20 @@ import sys
 from typing import Any
 
 from crow.acp import AcpError, RequestCancelled, Session, schema
+from crow.acp.transports.http_client import split_token
 from crow.extensions import INSERT, QUEUE, TURN_ENDED
 
-from .args import no_such_session, usage_problem
+from .args import usage_problem
 from .asking import CANCELLED
-from .connect import AgentUnavailable
 from .console import Console
+from .failure import FAILURES, say_failure
 from .follow import HINT, Follow, Sent, ending
 from .link import Link
 from .paint import Paint, wants_colour
 from .prompt_line import PromptLine
 from .render import JUDGE_AT_WORK
 from .screen import Screen, isatty
-from .session_ids import AmbiguousSession, lookup
+from .session_ids import lookup
 from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, verify_meta
 
 __all__ = ["main"]
@@ -56,19 +57,8 @@ def main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         return asyncio.run(_chat(args))
-    except AgentUnavailable as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_CONNECTION
-    except AmbiguousSession as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (AcpError, ConnectionError) as exc:
-        if no_such_session(exc, args.session):
-            print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
-            return EXIT_NO_SESSION
-        detail = getattr(exc, "message", None) or str(exc) or "the agent went away"
-        print(f"crow: {detail}", file=sys.stderr)
-        return EXIT_CONNECTION
+    except FAILURES as exc:
+        return say_failure(exc, args.session)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
@@ -411,6 +401,4 @@ class Chat:
 
 
 def _bare(url: str) -> str:
-    from crow.acp.transports.http_client import split_token
-
     return split_token(url)[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import get_app
@@ -29,17 +29,16 @@ from prompt_toolkit.input import Input, create_input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output, create_output
 
-from crow.acp import schema
+from crow.acp import Session, schema
 from crow.config import Paths
+from crow.private import private_dir, private_file
 
 from .asking import CANCELLED, _selected, pick, question_lines
-from .follow import CONTINUATION, PROMPT
+from .console import Console
+from .follow import CONTINUATION, PROMPT, Follow, Sent
+from .paint import Paint
 
-if TYPE_CHECKING:
-    from .chat import Chat
-    from .console import Console
-
-__all__ = ["OWN_COMMANDS", "PromptLine"]
+__all__ = ["OWN_COMMANDS", "ChatHost", "PromptLine"]
 
 #: The chat's own commands (never sent to the agent): name, argument hint, what it does.
 OWN_COMMANDS = [
@@ -53,15 +52,32 @@ LEAVE = ("/exit", "/quit")
 SPIN_EVERY_S = 0.1
 
 
+class ChatHost(Protocol):
+    """What the input line needs of its chat (crow.client.chat.Chat, which makes it)."""
+
+    sink: Any  # the Console
+    paint: Paint
+    follow: Follow
+    session: Session | None
+    unsent: list[Sent]
+    leaving: asyncio.Event
+    exit_code: int
+
+    def send(self, text: str, *, steer: bool = False) -> Sent: ...
+    def returned(self, sent: Sent) -> None: ...
+    def show_status(self) -> None: ...
+    def interrupt(self) -> None: ...
+    def leave(self, code: int) -> None: ...
+    def sigint(self) -> Any: ...
+
+
 class _Wake(Exception):
     """Ends the input line for a while: a question to ask, or the chat leaves."""
 
 
 def _history() -> History:
     home = Paths.from_env().home
-    try:
-        from crow.private import private_dir, private_file  # 0700 / 0600: prompts are private
-
+    try:  # 0700 / 0600: prompts are private
         private_file(private_dir(home) / "history")
     except OSError:
         return InMemoryHistory()
@@ -71,7 +87,7 @@ def _history() -> History:
 class CommandCompleter(Completer):
     """``/name`` from the agent's commands and the chat's own, the description as meta."""
 
-    def __init__(self, chat: Chat) -> None:
+    def __init__(self, chat: ChatHost) -> None:
         self.chat = chat
 
     def commands(self) -> list[tuple[str, str | None, str]]:
@@ -104,7 +120,7 @@ class CommandCompleter(Completer):
 
 
 class PromptLine:
-    def __init__(self, chat: Chat) -> None:
+    def __init__(self, chat: ChatHost) -> None:
         self.chat = chat
         self.console: Console = chat.sink
         self.history: History = InMemoryHistory()  # the file's, once the chat starts

@@ -1,6 +1,6 @@
 """``crow run``: one prompt, its reply on stdout, its outcome in the exit code.
 
-The options and what they mean for people are in ``crow.client.args.RUN_HELP``.
+The options and what they mean for people are in ``crow.cli.client.RUN_HELP``.
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TextIO, cast
 
 from crow import pipes
-from crow.acp import AcpError, ClientSide, InvalidParams, RequestCancelled, Session, Turn
+from crow.acp import ClientSide, InvalidParams, RequestCancelled, Session, Turn
 from crow.acp.transports.http_client import split_token
 from crow.extensions import INSERT
 from crow.redact import redact_url
 
-from .args import no_such_session, serve_options, usage_problem
+from .args import serve_options, usage_problem
 from .asking import PermissionAsker
-from .connect import AgentUnavailable, connect
+from .connect import connect
+from .failure import FAILURES, say_failure
 from .paint import Paint, wants_colour
 from .render import JUDGE_AT_WORK, TextRenderer, activity, status, tool_line
 from .screen import ERASE, ReplyStream, Screen
-from .session_ids import AmbiguousSession, resolve
+from .session_ids import resolve
 from .verifying import (
     NO_KEY,
     Verdicts,
@@ -48,9 +49,8 @@ EXIT = {
     "cancelled": 5,
     "max_turn_requests": 8,
 }
-EXIT_USAGE, EXIT_PERMISSION, EXIT_CONNECTION, EXIT_INTERRUPTED = 2, 6, 7, 130
+EXIT_USAGE, EXIT_PERMISSION, EXIT_INTERRUPTED = 2, 6, 130
 EXIT_NOT_VERIFIED = 9  # --verify: the judge's final verdict is not "pass"
-EXIT_NO_SESSION = 10  # --session names no session
 EXIT_BUSY = 11  # --no-wait: the session is busy with another turn
 MESSAGES = {
     "error": "the turn failed",
@@ -79,24 +79,8 @@ def main(args: argparse.Namespace) -> int:
         code = asyncio.run(_run(args, prompt, asker, opened))
         _say_the_session(opened, code, json_lines=args.json)
         return code
-    except AmbiguousSession as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except AgentUnavailable as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_CONNECTION
-    except Dropped as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_CONNECTION
-    except AcpError as exc:
-        if no_such_session(exc, args.session):
-            print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
-            return EXIT_NO_SESSION
-        print(f"crow: {exc.message or 'the agent went away'}", file=sys.stderr)
-        return EXIT_CONNECTION
-    except ConnectionError as exc:
-        print(f"crow: {exc or 'the agent went away'}", file=sys.stderr)
-        return EXIT_CONNECTION
+    except (*FAILURES, Dropped) as exc:
+        return say_failure(exc, args.session)
 
 
 def _say_the_session(opened: dict[str, str], code: int, *, json_lines: bool) -> None:

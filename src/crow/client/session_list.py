@@ -41,6 +41,7 @@ class Row:
 
 def list_local(args: argparse.Namespace) -> int:
     """List the sessions of this machine's store (see the module)."""
+    # The store loads only to list this machine's own sessions.
     from crow.config import ConfigError, load_config
     from crow.store.db import StoreError, open_store
 

@@ -1,6 +1,6 @@
 """``crow sessions``: list, show (the replayed conversation as text), delete.
 
-The options and what they mean for people are in ``crow.client.args.SESSIONS_HELP``.
+The options and what they mean for people are in ``crow.cli.client.SESSIONS_HELP``.
 """
 
 from __future__ import annotations
@@ -11,19 +11,17 @@ import os
 import sys
 from typing import Any
 
-from crow.acp import AcpError, ClientSide, Message, SessionNotFound, SessionProjection, ToolCall
+from crow.acp import ClientSide, Message, SessionNotFound, SessionProjection, ToolCall
 from crow.extensions import JUDGE_OF, TURN_ENDED
 
-from .connect import AgentUnavailable, connect
+from .connect import connect
+from .failure import FAILURES, say_failure
 from .render import STATUS_MARKS
-from .session_ids import AmbiguousSession, all_sessions, lookup
+from .session_ids import all_sessions, lookup
 from .session_list import Row, show
 from .verifying import Verdicts
 
 __all__ = ["main", "transcript"]
-
-EXIT_CONNECTION = 7
-EXIT_NOT_FOUND = 10  # no such session: as crow run --session and crow chat --session
 
 
 def main(args: argparse.Namespace) -> int:
@@ -32,18 +30,8 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(_main(args))
-    except AgentUnavailable as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_CONNECTION
-    except AmbiguousSession as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return 2
-    except SessionNotFound:
-        print(f"crow: no session {args.session} (crow sessions lists them)", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except (AcpError, ConnectionError) as exc:
-        print(f"crow: {getattr(exc, 'message', None) or exc}", file=sys.stderr)
-        return EXIT_CONNECTION
+    except FAILURES as exc:
+        return say_failure(exc, args.session)
 
 
 async def _main(args: argparse.Namespace) -> int:

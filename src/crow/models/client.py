@@ -34,8 +34,8 @@ from .events import (
     ReasoningDelta,
     Substituted,
     TextDelta,
-    ToolCallDelta,
     Usage,
+    deltas,
 )
 from .local import LocalModels
 
@@ -75,7 +75,7 @@ class ModelClient:
     def _http(self, provider: ProviderSpec) -> ModelHttp:
         http = self._clients.get(provider.name)
         if http is None:
-            from .transport import ModelHttp
+            from .transport import ModelHttp  # start-up: aiohttp waits for the first call
 
             timeout = self.config.retry.timeout_s
             http = self._clients[provider.name] = ModelHttp(
@@ -233,7 +233,7 @@ def _api_key(provider: ProviderSpec) -> str | None:
 async def _ollama_pick(base_url: str, wanted: str) -> str:
     """The model id to ask zero config's ollama for: ``wanted`` if it has it (or
     cannot tell), else the first model it has (``/api/tags``)."""
-    import httpx2
+    import httpx2  # start-up: only zero config's first call asks ollama
 
     root = base_url.rstrip("/").removesuffix("/v1")
     try:
@@ -264,25 +264,3 @@ def _decode(data: bytes, model: str) -> Any:
         raise ModelOverloaded(
             f"{model}: the model server sent malformed data ({data[:80]!r})", model=model
         ) from None
-
-
-def deltas(delta: dict[str, Any]) -> list[Event]:
-    """The events in one streamed ``delta`` (a plain JSON object)."""
-    events: list[Event] = []
-    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
-        events.append(ReasoningDelta(text=reasoning))
-    content = delta.get("content")
-    if isinstance(content, str) and content:
-        events.append(TextDelta(text=content))
-    for call in delta.get("tool_calls") or []:
-        function = call.get("function") or {}
-        events.append(
-            ToolCallDelta(
-                index=int(call.get("index") or 0),
-                id=call.get("id"),
-                name=function.get("name"),
-                arguments=function.get("arguments") or "",
-            )
-        )
-    return events

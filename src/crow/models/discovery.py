@@ -55,7 +55,7 @@ class Finding:
 async def discover(base_url: str, model_id: str, *, api_key: str | None = None) -> Finding | None:
     """What the server at ``base_url`` says of ``model_id``; None if nothing
     answers there (worth asking again later), or a finding that may be empty."""
-    import httpx2
+    import httpx2  # start-up: crow serve answers initialize before httpx2 is loaded
 
     root = base_url.rstrip("/").removesuffix("/v1")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -81,7 +81,7 @@ async def discover(base_url: str, model_id: str, *, api_key: str | None = None) 
 async def _json(request: Any, *, swallow: bool = False) -> dict[str, Any] | None:
     """The JSON object a request answers with, or None for an error status or
     anything else; transport errors propagate unless ``swallow``."""
-    import httpx2
+    import httpx2  # start-up: as in discover (loaded by then)
 
     try:
         answer = await request

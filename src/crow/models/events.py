@@ -1,8 +1,10 @@
-"""What a streaming model call yields: small immutable events."""
+"""What a streaming model call yields: small immutable events, and ``deltas``, which reads
+them out of one streamed chat-completion delta (the HTTP and the embedded models alike)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "Event",
@@ -15,6 +17,7 @@ __all__ = [
     "TextDelta",
     "ToolCallDelta",
     "Usage",
+    "deltas",
 ]
 
 
@@ -115,3 +118,25 @@ Event = (
     | Retrying
     | Loading
 )
+
+
+def deltas(delta: dict[str, Any]) -> list[Event]:
+    """The events in one streamed ``delta`` (a plain JSON object)."""
+    events: list[Event] = []
+    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        events.append(ReasoningDelta(text=reasoning))
+    content = delta.get("content")
+    if isinstance(content, str) and content:
+        events.append(TextDelta(text=content))
+    for call in delta.get("tool_calls") or []:
+        function = call.get("function") or {}
+        events.append(
+            ToolCallDelta(
+                index=int(call.get("index") or 0),
+                id=call.get("id"),
+                name=function.get("name"),
+                arguments=function.get("arguments") or "",
+            )
+        )
+    return events

@@ -29,8 +29,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import httpx2
+
 from ..config import EMBEDDED_MODEL, Config, ConfigError, ModelSpec, Paths, load_config
+from ..extras import embedded_available
 from ..tls import client_context
+from .client import ModelClient
+from .errors import ModelError
+from .events import Finished
+from .router import ModelRouter
 
 __all__ = ["WIDTH", "check", "describe", "described", "main", "origin", "reachable"]
 
@@ -152,14 +159,10 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
     """``ready``, or why not, without generating anything."""
     provider = config.providers[spec.provider]
     if provider.kind == "local":
-        from .local import embedded_available
-
         if spec.model_id == EMBEDDED_MODEL:
             return "ready" if embedded_available() else "the local extra is not installed"
         path = Path(spec.model_id)
         return "ready" if path.is_file() else f"no file at {path}"
-    import httpx2
-
     try:
         async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, verify=client_context()) as client:
             answer = await client.get(provider.base_url.rstrip("/") + "/models")
@@ -173,8 +176,6 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
 @contextlib.asynccontextmanager
 async def described(config: Config) -> AsyncIterator[Callable[[str], Awaitable[ModelSpec]]]:
     """A function from a model's name to its spec as its server describes it."""
-    from .router import ModelRouter
-
     router = ModelRouter(config)
     try:
         yield router.describe
@@ -192,10 +193,6 @@ def describe(spec: ModelSpec) -> str:
 
 async def check(config: Config, name: str) -> tuple[bool, str]:
     """One real call, one token, this model alone (no retries, no fallback)."""
-    from .client import ModelClient
-    from .errors import ModelError
-    from .events import Finished
-
     spec = dataclasses.replace(config.models[name], max_output_tokens=1)
     client = ModelClient(config)
     started = time.perf_counter()

@@ -34,25 +34,22 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..config import EMBEDDED_MODEL, ModelSpec
+from ..extras import RUNTIMES
 from ..model_files import SMOLLM2_GGUF, ModelFileError
+from .adapt import plain_messages
 from .errors import ContextLengthExceeded, ModelRejected
-from .events import Event, Finished, Loading, Usage
+from .events import Event, Finished, Loading, Usage, deltas  # the HTTP models' delta format
 
 __all__ = [
     "RUNTIMES",
     "RUNTIME_ENV",
     "LocalModels",
-    "embedded_available",
     "embedded_path",
-    "plain_messages",
     "runtime",
 ]
 
 log = logging.getLogger("crow.models")
 
-#: The runtimes, by the module each needs; the first installed is the default
-#: (mistral.rs: faster here under load, bench/local_model_bench.py).
-RUNTIMES = {"mistral.rs": "mistralrs", "llama.cpp": "llama_cpp"}
 RUNTIME_ENV = "CROW_LOCAL_RUNTIME"
 _ALIASES = {
     alias: name
@@ -84,13 +81,6 @@ def runtime() -> str:
         if importlib.util.find_spec(module) is not None:
             return name
     raise ModelRejected(f"local models need a runtime: {INSTALL}")
-
-
-def embedded_available() -> bool:
-    """The embedded model's file and a runtime are installed (nothing is imported)."""
-    if SMOLLM2_GGUF.find() is None:
-        return False
-    return any(importlib.util.find_spec(module) for module in RUNTIMES.values())
 
 
 def embedded_path() -> Path:
@@ -199,10 +189,10 @@ class LocalModels:
 
 def _engine(name: str, path: Path, context_window: int, embedded: bool) -> Engine:
     if name == "llama.cpp":
-        from .local_llama import LlamaCppEngine
+        from .local_llama import LlamaCppEngine  # start-up: only the runtime in use loads
 
         return LlamaCppEngine(path, context_window)
-    from .local_mistralrs import MistralRsEngine
+    from .local_mistralrs import MistralRsEngine  # start-up: as above
 
     # The embedded model is Q4_1, for which mistral.rs has no fast kernel (see there).
     return MistralRsEngine(path, context_window, requantize="q8_0" if embedded else None)
@@ -212,8 +202,6 @@ async def _generate(
     model: _Loaded, request: dict[str, Any], name: str
 ) -> AsyncGenerator[Event, None]:
     """Run one completion on the model's thread; its chunks come back through a queue."""
-    from .client import deltas  # the same delta format as the HTTP models
-
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     stop = threading.Event()
@@ -264,39 +252,3 @@ def _translated(exc: BaseException, name: str) -> BaseException:
     if isinstance(exc, Exception) and not isinstance(exc, ModelRejected):
         return ModelRejected(f"{name}: the local model failed: {text}", model=name)
     return exc
-
-
-def plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The conversation as text turns a model without tools can take.
-
-    Tool calls and results (from an earlier model in the chain) become text, and
-    turns of the same role are joined: chat templates such as Gemma's refuse a
-    conversation whose user and assistant turns do not alternate.
-    """
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        role, text = message.get("role"), _text(message.get("content"))
-        if role == "tool":
-            role, text = "user", f"[tool result]\n{text}"
-        elif role == "assistant" and message.get("tool_calls"):
-            calls = ", ".join(
-                str((call.get("function") or {}).get("name")) for call in message["tool_calls"]
-            )
-            text = f"{text}\n[called tools: {calls}]".strip()
-        if role not in ("system", "user", "assistant"):
-            role = "user"
-        if out and out[-1]["role"] == role and role != "system":
-            out[-1]["content"] += f"\n\n{text}"
-        else:
-            out.append({"role": role, "content": text})
-    return out
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
-        )
-    return ""

@@ -23,7 +23,7 @@ class LlamaCppEngine:
     runtime = "llama.cpp"
 
     def __init__(self, path: Path, context_window: int) -> None:
-        from llama_cpp import Llama
+        from llama_cpp import Llama  # the optional llama extra (a native library)
 
         _quiet_llama_cpp()
         self.llm = Llama(
@@ -77,9 +77,9 @@ def _quiet_llama_cpp() -> None:
     ``verbose=False``: route it nowhere (its errors still raise in Python)."""
     global _silencer
     if _silencer is None:
-        import ctypes
+        import ctypes  # with llama.cpp only
 
-        import llama_cpp
+        import llama_cpp  # the optional llama extra
 
         _silencer = llama_cpp.llama_log_callback(lambda level, text, data: None)
         llama_cpp.llama_log_set(_silencer, ctypes.c_void_p(0))
@@ -93,7 +93,7 @@ def _completion(llm: Any, request: dict[str, Any], stop: threading.Event) -> Ite
     0, so it comes out the same) and the whole answer is one chunk."""
     if not request.get("tools"):
         return iter(llm.create_chat_completion(**request))
-    from llama_cpp.llama_chat_format import chatml_function_calling
+    from llama_cpp.llama_chat_format import chatml_function_calling  # the optional extra
 
     request = {**request, "tool_choice": "auto"}  # OpenAI's default; offers the tools
     if not any(m.get("role") == "system" for m in request["messages"]):
@@ -124,7 +124,7 @@ class _Bounded:
         return getattr(self._llm, name)
 
     def create_completion(self, **kwargs: Any) -> Any:
-        from llama_cpp import StoppingCriteriaList
+        from llama_cpp import StoppingCriteriaList  # the optional extra
 
         if self._stop.is_set():
             raise _Stopped  # the handler's next step: not worth its prompt's evaluation

@@ -39,6 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .adapt import plain_messages
+
 __all__ = ["MistralRsEngine"]
 
 #: Threads for mistral.rs's CPU kernels (``CANDLE_NUM_THREADS`` overrides it).
@@ -62,7 +64,7 @@ class MistralRsEngine:
     def __init__(self, path: Path, context_window: int, *, requantize: str | None = None) -> None:
         self.context_window = context_window
         with _environment(RUST_LOG="off", CANDLE_NUM_THREADS=THREADS):
-            from mistralrs import Runner, Which
+            from mistralrs import Runner, Which  # the optional local extra, quiet
 
             gguf = Which.GGUF(quantized_model_id=str(path.parent), quantized_filename=path.name)
             self.runner = Runner(
@@ -86,7 +88,7 @@ class MistralRsEngine:
             del stream  # the engine stops a sequence nobody reads
 
     def _stream(self, messages: list[dict[str, Any]], max_tokens: int, grammar: str | None) -> Any:
-        from mistralrs import ChatCompletionRequest
+        from mistralrs import ChatCompletionRequest  # the optional local extra
 
         request = ChatCompletionRequest(
             model="local",
@@ -124,8 +126,6 @@ def _with_tools(
 ) -> list[dict[str, Any]]:
     """The conversation as text, the tools described in its system message and earlier
     calls written the way the model is asked to write them."""
-    from .local import plain_messages
-
     described = "\n".join(
         f"{CALL}{t['function']['name']}: {t['function'].get('description', '')}\n"
         f"  arguments (JSON schema): {json.dumps(t['function'].get('parameters') or {})}"

@@ -42,20 +42,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import re
-import shlex
 import signal
 import sys
-import time
-from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import IO, Any
-
-import orjson
 
 from crow.acp.chain import (
     EXPECTED_INITIALIZE,
@@ -72,7 +65,6 @@ from crow.acp.connection import (
     CANCEL_REQUEST,
     INITIALIZE,
     CancelRequest,
-    Connection,
     Event,
     Notification,
     Request,
@@ -85,141 +77,24 @@ from crow.acp.errors import (
     METHOD_NOT_FOUND,
     AcpError,
     InternalError,
-    MessageTooLarge,
 )
 from crow.acp.jsonrpc import Transport
-from crow.acp.router import MessageTransport
 from crow.acp.transports.stdio import StdioTransport
 from crow.runtime import children
 
-__all__ = ["Component", "ComponentError", "Conductor"]
+from .component import Component, ComponentError
+from .link import STDERR_LINE_BYTES, Link, Trace, capped_lines
+
+__all__ = ["Component", "ComponentError", "Conductor", "Trace"]
 
 log = logging.getLogger("crow.conductor")
 
-#: Lines of a component's stderr kept for the error that reports its exit.
-STDERR_TAIL = 20
-#: The longest stderr line passed on whole; a longer one is cut, and says so.  A
-#: component's line of any length must not stop the reading (a full pipe would then
-#: block the component for good).
-STDERR_LINE_BYTES = 8 * 1024
 #: How long a component has to exit after its stdin closes, before it is killed.
 EXIT_WAIT_S = 2.0
 #: How long the chain has to answer the client's initialize (--init-timeout): an agent
 #: that loads a model first may take a while, one that never answers must not hang
 #: its client forever.
 INIT_TIMEOUT_S = 60.0
-_ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_JSON_KEYS = {"command", "args", "env"}
-
-
-class ComponentError(ValueError):
-    """A component description that cannot be run (a one-line reason)."""
-
-
-@dataclass(frozen=True)
-class Component:
-    """A program of the chain: argv and the environment it adds."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def parse(cls, spec: str) -> Component:
-        """A shell-style command (leading ``VAR=value`` words set the environment),
-        or a JSON object ``{"command": str, "args": [str], "env": {str: str}}``."""
-        if spec.lstrip().startswith("{"):
-            return cls._from_json(spec)
-        try:
-            words = shlex.split(spec)
-        except ValueError as exc:
-            raise ComponentError(f"cannot split {spec!r}: {exc}") from None
-        env: dict[str, str] = {}
-        while words and _ENV_WORD.match(words[0]):
-            name, _, value = words.pop(0).partition("=")
-            env[name] = value
-        if not words:
-            raise ComponentError(f"no command in {spec!r}")
-        return cls(tuple(words), env)
-
-    @classmethod
-    def _from_json(cls, spec: str) -> Component:
-        try:
-            data = json.loads(spec)
-        except ValueError as exc:
-            raise ComponentError(f"not valid JSON: {spec!r} ({exc})") from None
-        unknown = set(data) - _JSON_KEYS if isinstance(data, dict) else set()
-        if not isinstance(data, dict) or unknown:
-            raise ComponentError(f"unknown keys {sorted(unknown)} in {spec!r}")
-        command, args, env = data.get("command"), data.get("args", []), data.get("env", {})
-        if not isinstance(command, str) or not command:
-            raise ComponentError(f'"command" must be a non-empty string in {spec!r}')
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise ComponentError(f'"args" must be a list of strings in {spec!r}')
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise ComponentError(f'"env" must map names to strings in {spec!r}')
-        return cls((command, *args), dict(env))
-
-    def __str__(self) -> str:
-        return shlex.join(self.argv)
-
-
-class Trace:
-    """``--trace FILE``: every message on every link, one JSON line each."""
-
-    def __init__(self, file: IO[bytes]) -> None:
-        self.file = file
-
-    def record(self, link: str, direction: str, message: Any) -> None:
-        entry = {"t": round(time.time(), 6), "link": link, "dir": direction, "message": message}
-        with contextlib.suppress(TypeError, ValueError, OSError):
-            self.file.write(orjson.dumps(entry, default=str) + b"\n")
-            self.file.flush()
-
-
-class Link:
-    """One of the conductor's connections: to the client, a proxy or the agent."""
-
-    def __init__(self, name: str, transport: Transport, trace: Trace | None) -> None:
-        self.name = name
-        self.transport = transport
-        self.connection = Connection(id_prefix=f"{name}/")
-        self.out = MessageTransport(transport)  # ordered writes of whole messages
-        self.trace = trace
-        self.process: asyncio.subprocess.Process | None = getattr(transport, "process", None)
-        self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL)
-        self.command = ""
-        self.stopping = False  # we are closing it: its end is no failure
-
-    def send(self, message: dict[str, Any]) -> None:
-        if self.trace is not None:
-            self.trace.record(self.name, "out", message)
-        self.out.send_nowait(message)
-
-    def answer(
-        self, rid: RequestId, *, result: Any = None, error: dict[str, Any] | None = None
-    ) -> None:
-        """Reply to the request ``rid`` this link sent us, once (later replies are dropped)."""
-        if not self.connection.owes_reply(rid):
-            return
-        if error is not None:
-            self.send(self.connection.relay_error(rid, error))
-        else:
-            self.send(self.connection.result(rid, result))
-
-    async def read_events(self) -> list[Event] | None:
-        """The events of the next frame; None at the end of input."""
-        try:
-            frame = await self.transport.read_frame()
-        except MessageTooLarge as exc:
-            return self.connection.receive_oversized(getattr(exc, "prefix", b""))
-        if frame is None:
-            return None
-        if self.trace is not None:
-            try:
-                self.trace.record(self.name, "in", orjson.loads(frame))
-            except orjson.JSONDecodeError:
-                self.trace.record(self.name, "in", frame.decode("utf-8", "replace"))
-        return self.connection.receive(frame)
 
 
 @dataclass
@@ -387,7 +262,7 @@ class Conductor:
     async def _pass_stderr(self, link: Link, stream: asyncio.StreamReader | None) -> None:
         if stream is None:
             return
-        async for text in _capped_lines(stream, STDERR_LINE_BYTES):
+        async for text in capped_lines(stream, STDERR_LINE_BYTES):
             link.stderr_tail.append(text)
             with contextlib.suppress(OSError, ValueError):
                 print(f"[{link.name}] {text}", file=self.stderr, flush=True)
@@ -617,27 +492,3 @@ class Conductor:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(link.process.pid, signal.SIGKILL)  # what it left in its group
             children.unregister(link.process.pid)
-
-
-async def _capped_lines(stream: asyncio.StreamReader, cap: int) -> AsyncIterator[str]:
-    """The lines of ``stream``, each cut to ``cap`` bytes (with a note of what was cut);
-    read in chunks, so a line of any length is read through, never held whole."""
-    line, dropped = bytearray(), 0
-    while chunk := await stream.read(64 * 1024):
-        *ends, rest = chunk.split(b"\n")
-        for end in ends:
-            yield _line_text(line, end, dropped, cap)
-            line, dropped = bytearray(), 0
-        room = cap - len(line)
-        line += rest[: max(room, 0)]
-        dropped += max(len(rest) - room, 0)
-    if line or dropped:
-        yield _line_text(line, b"", dropped, cap)
-
-
-def _line_text(line: bytearray, end: bytes, dropped: int, cap: int) -> str:
-    room = cap - len(line)
-    whole = bytes(line) + end[: max(room, 0)]
-    dropped += max(len(end) - room, 0)
-    text = whole.decode("utf-8", "replace").rstrip()
-    return f"{text} … ({dropped} more bytes cut)" if dropped else text

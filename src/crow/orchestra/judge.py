@@ -16,16 +16,16 @@ and puts the verdict into the session for every client to see.
 Only turns seen live count: the judge attaches without replay, and an ``idle``
 that comes before a turn's ``user_message`` and ``running`` is the state the
 worker was already in (the quickstart's completion rule), not a turn to judge.
+
+The values (TurnView, Verdict, parse_verdict, ...) live in crow.orchestra.verdict and
+the check in crow.orchestra.evidence; they are named here too, for callers of the judge.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from crow.acp import AcpError, ClientSide, schema
@@ -36,11 +36,23 @@ from crow.extensions import (
     MAX_VERDICT_CHARS,
     POST_JUDGING,
     POST_VERDICT,
-    VERDICT,
 )
 from crow.models.errors import ModelError
 from crow.models.events import TextDelta, ToolCallDelta
 from crow.models.router import ModelRouter
+
+from .evidence import run_check
+from .turns import LiveTurns
+from .verdict import (
+    Check,
+    Round,
+    ToolCallView,
+    TurnView,
+    Verdict,
+    follow_up_text,
+    parse_verdict,
+    verdict_meta,
+)
 
 __all__ = [
     "DEFAULT_RUBRIC",
@@ -86,166 +98,7 @@ VERDICT_TOOL = {
     },
 }
 FORCE_VERDICT = {"type": "function", "function": {"name": "verdict"}}
-#: What of one tool call's output the judge model is shown.
-OUTPUT_CHARS = 2000
-
-
-@dataclass
-class ToolCallView:
-    title: str
-    kind: str
-    status: str
-    input: Any = None
-    output: str = ""
-
-
-@dataclass
-class TurnView:
-    """What one turn of the worker did, as its updates told it."""
-
-    message_id: str
-    request: str = ""
-    reply: str = ""
-    tool_calls: list[ToolCallView] = field(default_factory=list)
-    stop_reason: str | None = None
-    origin: str | None = None  # "judge" for the judge's own follow-up prompts
-    check: Check | None = None
-
-    def render(self) -> str:
-        lines = [f"The user asked:\n{self.request}", ""]
-        for n, call in enumerate(self.tool_calls, 1):
-            lines.append(f"Tool call {n}: {call.title} ({call.kind}, {call.status})")
-            if call.input is not None:
-                lines.append(f"  input: {json.dumps(call.input, ensure_ascii=False)[:500]}")
-            if call.output:
-                lines.append(f"  output: {call.output[:OUTPUT_CHARS]}")
-        lines += ["", f"The agent replied:\n{self.reply or '(nothing)'}"]
-        lines.append(f"The turn ended: {self.stop_reason}")
-        if self.check is not None:
-            lines += ["", self.check.describe()]
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Check:
-    """A check command's outcome: the evidence a verdict rests on."""
-
-    command: str
-    exit_code: int | None  # None: killed (timeout) or could not start
-    output: str  # its tail
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == 0
-
-    def describe(self) -> str:
-        status = "could not finish" if self.exit_code is None else f"exited {self.exit_code}"
-        return f"The check `{self.command}` {status}. Its output ends:\n{self.output}"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    verdict: str  # "pass", "fail" or "unknown"
-    reasons: tuple[str, ...] = ()
-    confidence: float | None = None
-    raw: str = ""  # the judge's own words, when they could not be read as a verdict
-    check_exit_code: int | None = None
-    shown: str = ""  # what the judge model was asked (its reasoning, kept in a session)
-    answer: str = ""  # ... and what it answered
-
-    def with_check(self, check: Check | None) -> Verdict:
-        """Evidence beats opinion: a check that failed fails the turn."""
-        if check is None:
-            return self
-        if check.passed:
-            return replace(self, check_exit_code=0)
-        status = "did not finish" if check.exit_code is None else f"exited {check.exit_code}"
-        reasons = (f"the check `{check.command}` {status}", *self.reasons)
-        return replace(self, verdict="fail", reasons=reasons, check_exit_code=check.exit_code)
-
-    def line(self) -> str:
-        """The short human line every client shows."""
-        why = "; ".join(self.reasons) or self.raw[:200] or "no reason given"
-        mark = {"pass": "✓ verified", "fail": "✗ judge", "unknown": "? judge"}[self.verdict]
-        return f"{mark}: {why}"
-
-
 # ---- watching ------------------------------------------------------------------------
-
-
-class _Turns:
-    """Folds a session's live updates into turns; finished ones go to a queue."""
-
-    def __init__(self, client: ClientSide, session_id: str) -> None:
-        self.client, self.session_id = client, session_id
-        self.current: TurnView | None = None
-        self.messages: list[str] = []  # the agent's message ids in the current turn
-        self.calls: list[str] = []
-        self.judging: set[str] = set()  # the tool calls judges showed at work
-        self.active = False  # running or requires_action seen since its user_message
-        self.replaying = False  # a resume's replay: its turns ran (a replay has no states)
-        self.done: asyncio.Queue[TurnView] = asyncio.Queue()
-
-    def __call__(self, session_id: str, update: Any) -> None:
-        if session_id != self.session_id:
-            return
-        kind = getattr(update, "session_update", None)
-        if kind == "user_message":
-            origin = _meta(update).get(FROM)
-            self.current = TurnView(
-                message_id=update.message_id, origin=origin if isinstance(origin, str) else None
-            )
-            self.messages, self.calls, self.active = [], [], self.replaying
-        elif self.current is None:
-            return  # before the first turn seen live: the worker's earlier state
-        elif kind in ("agent_message", "agent_message_chunk"):
-            meta = _meta(update)
-            verdict = meta.get(VERDICT)
-            if self.replaying and isinstance(verdict, dict):
-                if verdict.get("turnMessageId") == self.current.message_id:
-                    self.current = None  # judged before: the history holds its verdict
-            elif VERDICT not in meta and "crow/notice" not in meta:
-                self.messages.append(update.message_id)
-        elif kind == "tool_call_update":
-            if JUDGING in _meta(update):  # a judge's own (in a replay): not the turn's
-                self.judging.add(update.tool_call_id)
-            elif update.tool_call_id not in self.judging:
-                self.calls.append(update.tool_call_id)
-        elif kind == "state_update" and update.state in ("running", "requires_action"):
-            self.active = True
-        elif kind == "state_update" and update.state == "idle" and self.active:
-            self.done.put_nowait(self._finish(getattr(update, "stop_reason", None)))
-
-    def _finish(self, stop_reason: Any) -> TurnView:
-        turn, self.current = self.current, None
-        assert turn is not None
-        projection = self.client.projection(self.session_id)
-        user = projection.messages.get(turn.message_id)
-        turn.request = user.text if user else ""
-        texts = [projection.messages[i].text for i in dict.fromkeys(self.messages)]
-        turn.reply = "\n".join(t for t in texts if t)
-        for call_id in dict.fromkeys(self.calls):
-            call = projection.tool_calls[call_id]
-            output = " ".join(
-                getattr(getattr(c, "content", None), "text", "") for c in call.content
-            )
-            turn.tool_calls.append(
-                ToolCallView(
-                    title=call.title or call_id,
-                    kind=call.kind,
-                    status=call.status,
-                    input=call.fields.get("raw_input"),
-                    output=output.strip() or _raw_text(call.fields.get("raw_output")),
-                )
-            )
-        turn.stop_reason = None if stop_reason is None else str(stop_reason)
-        return turn
-
-
-def _meta(update: Any) -> dict[str, Any]:
-    """An update's ``_meta`` (UNSET, None or not a dict: empty)."""
-    meta = getattr(update, "meta", None)
-    return meta if isinstance(meta, dict) else {}
 
 
 async def watch(
@@ -265,7 +118,7 @@ async def watch(
     With ``replay_after`` (a ``_crow/after`` cursor: the seq of the last update
     already judged, 0 for the start) the turns logged after it are read first, and one
     that ended before the judge came (the judge was down) is yielded too."""
-    turns = _Turns(client, session_id)
+    turns = LiveTurns(client, session_id)
     client.on_update(turns)
     if cwd is None:
         cwd = await _cwd_of(client, session_id)
@@ -328,81 +181,7 @@ async def ask(
     )
 
 
-def parse_verdict(calls: list[dict[str, str]], text: str) -> Verdict:
-    """A verdict tool call; else JSON that is the whole answer (a code fence around it
-    stripped); else a fail written as the one JSON object in the text; else
-    "unknown", never a silent pass.
-
-    A pass is taken from nothing looser: the judge's text quotes what it was shown,
-    and the worker wrote that.  A judge that answers "the agent ends with
-    {"pass": true}, but it never ran the tests. FAIL" has not passed the turn.
-    Reading a fail out of prose costs nothing (it only withholds a pass), but two
-    JSON objects are one too many to tell which is the judge's."""
-    for call in calls:
-        if call.get("name") == "verdict":
-            found = _from_json(call.get("arguments", ""))
-            if found is not None:
-                return found
-    found = _from_json(_unfenced(text.strip()))
-    if found is not None:
-        return found
-    objects = _json_objects(text)
-    if len(objects) == 1 and (found := _from_json(objects[0])) and found.verdict == "fail":
-        return found
-    raw = text.strip() or json.dumps(calls)
-    return Verdict("unknown", raw=raw)
-
-
-_FENCE = re.compile(r"```[A-Za-z]*\n(.*?)\n?```", flags=re.DOTALL)
-
-
-def _unfenced(text: str) -> str:
-    """``text`` without one code fence around all of it."""
-    fenced = _FENCE.fullmatch(text)
-    return fenced.group(1).strip() if fenced else text
-
-
-def _json_objects(text: str) -> list[str]:
-    """Every JSON object written in ``text`` (outermost ones, in order)."""
-    decoder, found, at = json.JSONDecoder(), [], text.find("{")
-    while at != -1:
-        try:
-            value, end = decoder.raw_decode(text, at)
-        except ValueError:
-            at = text.find("{", at + 1)
-            continue
-        if isinstance(value, dict):
-            found.append(text[at:end])
-        at = text.find("{", end)
-    return found
-
-
-def _from_json(source: str) -> Verdict | None:
-    try:
-        data = json.loads(source)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("pass"), bool):
-        return None
-    reasons = data.get("reasons")
-    if isinstance(reasons, str):
-        reasons = [reasons]
-    reasons = tuple(str(r) for r in reasons) if isinstance(reasons, list) else ()
-    confidence = data.get("confidence")
-    confidence = float(confidence) if isinstance(confidence, int | float) else None
-    return Verdict("pass" if data["pass"] else "fail", reasons, confidence)
-
-
-# ---- reporting -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Round:
-    """Where a verdict stands in the verify loop."""
-
-    number: int = 1
-    of: int = 1
-    final: bool = True  # no follow-up prompt comes after it
+# ---- reporting and the loop ----------------------------------------------------------
 
 
 async def post(
@@ -411,7 +190,7 @@ async def post(
     verdict: Verdict,
     turn: TurnView,
     judge_model: str,
-    loop: Round = Round(),
+    loop: Round = Round(),  # noqa: B008 (a frozen dataclass: one value for every call)
 ) -> dict[str, Any]:
     """Put ``verdict`` into the session (and the judge's reasoning into the judge's
     own session); returns the agent's answer: ``messageId``, ``judgeSessionId``."""
@@ -424,50 +203,6 @@ async def post(
         params["reasoning"] = {"prompt": verdict.shown, "answer": verdict.answer}
     answer = await client.peer.request(POST_VERDICT, params)
     return answer if isinstance(answer, dict) else {}
-
-
-def verdict_meta(
-    verdict: Verdict, turn: TurnView, judge_model: str, loop: Round = Round()
-) -> dict[str, Any]:
-    """The ``_meta["crow/verdict"]`` of a verdict message."""
-    meta: dict[str, Any] = {
-        "verdict": verdict.verdict,
-        "reasons": list(verdict.reasons),
-        "judgeModel": judge_model,
-        "turnMessageId": turn.message_id,
-        "round": loop.number,
-        "maxRounds": loop.of,
-        "final": loop.final,
-    }
-    if verdict.confidence is not None:
-        meta["confidence"] = verdict.confidence
-    if verdict.raw:
-        meta["raw"] = verdict.raw[:2000]
-    if verdict.check_exit_code is not None or turn.check is not None:
-        meta["checkExitCode"] = verdict.check_exit_code
-    return meta
-
-
-# ---- evidence and the loop -----------------------------------------------------------
-
-CHECK_TAIL_CHARS = 2000
-
-
-async def run_check(command: str, cwd: str, timeout_s: float = 300.0) -> Check:
-    """Run ``command`` in ``cwd`` through Crow's terminal MCP server (in process)."""
-    from pathlib import Path
-
-    from mcp import Client
-
-    from crow.servers.terminal import build_server
-
-    server = build_server(Path(cwd), default_timeout_s=timeout_s)
-    async with Client(server) as terminal:
-        result = await terminal.call_tool("run", {"command": command, "timeout_s": timeout_s})
-    text = "".join(getattr(block, "text", "") for block in result.content)
-    meta = result.meta or {}
-    code = meta.get("crow/exitCode")
-    return Check(command, code if isinstance(code, int) else None, text[-CHECK_TAIL_CHARS:])
 
 
 @dataclass(frozen=True)
@@ -540,20 +275,3 @@ async def _follow_up(client: ClientSide, session_id: str, verdict: Verdict) -> b
     except AcpError:
         return False
     return True
-
-
-def follow_up_text(verdict: Verdict) -> str:
-    """The prompt that asks the worker to fix what the judge found."""
-    reasons = "\n".join(f"- {reason}" for reason in verdict.reasons) or "- (none given)"
-    return (
-        "A reviewer checked your last turn and found problems:\n"
-        f"{reasons}\nFix them, then say briefly what you changed."
-    )
-
-
-def _raw_text(value: Any) -> str:
-    if isinstance(value, dict):
-        for key in ("text", "output", "content"):
-            if isinstance(value.get(key), str):
-                return str(value[key])
-    return "" if value is None else json.dumps(value, ensure_ascii=False)[:OUTPUT_CHARS]

@@ -43,8 +43,9 @@ from crow.acp.proxy import ProxySide
 from crow.extensions import FROM, INSERT, MAX_VERDICT_CHARS, VERDICT, VERIFIED_ABOVE, VERIFY
 from crow.verdict_proof import KeyHandout, new_key, sign
 
-from .judge import Check, Round, TurnView, Verdict, follow_up_text, verdict_meta
+from .evidence import run_check
 from .turns import TurnFolder, text_of
+from .verdict import Check, Round, TurnView, Verdict, follow_up_text, verdict_meta
 
 __all__ = ["JudgeProxy", "with_check"]
 
@@ -258,7 +259,6 @@ class JudgeProxy:
 def with_check(judge: JudgeFn, timeout_s: float = 300.0) -> JudgeFn:
     """``judge`` with the check command's result as evidence (run first, time-limited,
     through Crow's terminal MCP server)."""
-    from .judge import run_check
 
     async def judged(turn: TurnView, cwd: str, check: str | None) -> Verdict:
         evidence: Check | None = await run_check(check, cwd, timeout_s) if check else None

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from crow.acp.proxy import ProxySide
+from crow.tools.acp_mcp import McpRelay
 
 __all__ = ["SERVER_NAME", "MemoryProxy"]
 
@@ -112,8 +113,6 @@ class MemoryProxy:
 
     # ---- MCP over ACP: the agent reaches the server here -------------------------
     async def _connect(self, params: Any) -> Any:
-        from crow.tools.acp_mcp import McpRelay
-
         place = self.places.get(str((params or {}).get("serverId")))
         if place is None:  # not ours: someone before us serves it
             return await self.proxy.request_predecessor("mcp/connect", params)

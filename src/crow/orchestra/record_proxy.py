@@ -51,6 +51,7 @@ import orjson
 
 from crow.acp.proxy import ProxySide
 from crow.extensions import VERDICT, VERIFIED_ABOVE, VERIFY
+from crow.ids import now
 from crow.store.aio import AsyncStore
 from crow.store.db import StoreError
 from crow.store.lease import RENEW_EVERY_S, expiry, this_process
@@ -70,8 +71,6 @@ TITLE_CHARS = 80
 
 
 def _now() -> str:
-    from crow.agent.session import now
-
     return now()
 
 

@@ -35,10 +35,10 @@ Out of scope: a directory the walk holds open can still be renamed out of the ro
 someone who may write both there and outside; they could write that outside file directly.
 Hard links are not looked at: one to a file outside needs write access to that file to make.
 
-This module owns the walk (`locate`, `stat_in`), opening a regular file (`open_file`, and
-`open_entry` for a name in a held directory) and opening a directory (`open_dir`, and
-`open_subdir`).  It does not own what the tools do with them or how trees are walked
-(``_fs_walk``).
+This module owns opening a regular file (`open_file`, and `open_entry` for a name in a held
+directory) and opening a directory (`open_dir`, and `open_subdir`).  The walk that finds what
+to open (`locate`, `stat_in`) belongs to the roots (``roots``).  It does not own what the
+tools do with them or how trees are walked (``_fs_walk``).
 """
 
 from __future__ import annotations
@@ -46,25 +46,20 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Literal, TypeVar
 
 from ._fs_text import FsError
-from .roots import Roots
+from .roots import WALK, Roots, locate
 
 T = TypeVar("T")
 
-#: Symlinks followed in one lookup before giving up with ELOOP (Linux's own MAXSYMLINKS).
-MAX_HOPS = 40
 #: Lookups started again because the path changed under them, before giving up.
 MAX_RETRIES = 8
 
-# O_PATH (Linux) opens a directory for walking with search permission only, as the kernel
-# walks; elsewhere it is 0 and a walked directory must be readable.
-_WALK = getattr(os, "O_PATH", 0) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -77,124 +72,12 @@ class _Changed(Exception):
 
 
 @dataclass(frozen=True)
-class Found:
-    """Where a path led: the directory holding its last component, held open, and what is there."""
-
-    parent: int  #: fd of the directory holding ``name`` (the root itself when ``name`` is ".")
-    name: str  #: the last component, never a symlink when the walk looked
-    path: Path  #: the real absolute path, for messages and ``_meta``
-    missing: tuple[str, ...]  #: directories to make below ``parent`` before ``name`` (write)
-    stat: os.stat_result | None  #: ``lstat`` of ``name``; None when it does not exist
-
-
-@dataclass(frozen=True)
 class Opened:
     """A regular file opened inside the roots."""
 
     path: Path  #: its real absolute path
     file: BinaryIO  #: blocking, positioned at the start; the caller closes it
     created: bool  #: made by this open (write only)
-
-
-# --- the walk ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def locate(roots: Roots, path: str) -> Iterator[Found]:
-    """Walk ``path`` (relative to the cwd root) to its last component, holding its parent.
-
-    In-root symlinks are followed, including a final one.  Raises `OutsideRoots` if the text
-    or any link leaves the roots, `NotADirectoryError` if a middle component is a file, and
-    `OSError` (``ELOOP``) past `MAX_HOPS` links.  The parent fd is closed on exit.
-    """
-    found = _walk(roots, path)
-    try:
-        yield found
-    finally:
-        os.close(found.parent)
-
-
-def stat_in(roots: Roots, path: str) -> tuple[Path, os.stat_result | None]:
-    """The real path of ``path`` and its ``lstat`` (None if it does not exist)."""
-    with locate(roots, path) as found:
-        return found.path, found.stat
-
-
-def _normal(path: Path) -> Path:
-    # normpath keeps a leading "//" (POSIX allows it a meaning); Linux gives it none.
-    return Path("/" + os.path.normpath(path).lstrip("/"))
-
-
-def _walk(roots: Roots, path: str) -> Found:
-    target = _normal(roots.resolved[0] / path)
-    for _ in range(MAX_HOPS):
-        anchored = roots.anchor(target)
-        if anchored is None:
-            raise roots.outside(path, target)
-        root, parts = anchored
-        step = _descend(_open_root(root), root, parts)
-        if isinstance(step, Found):
-            return step
-        target = step  # a symlink's target, or the same path again after a race
-    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
-
-
-def _open_root(root: Path) -> int:
-    """The root opened from ``/`` without following links (its real path has none)."""
-    fd = os.open("/", _WALK)
-    try:
-        for part in root.parts[1:]:
-            child = os.open(part, _WALK, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _descend(fd: int, root: Path, parts: tuple[str, ...]) -> Found | Path:
-    """Walk ``parts`` below ``fd`` (the root, taken over) to a `Found`, or a path to walk next.
-
-    Each component is ``lstat``-ed, then opened ``O_NOFOLLOW`` relative to the one before.
-    On a symlink it returns the absolute text to walk instead; if a component changed between
-    the ``lstat`` and the open, the same path again.
-    """
-    here = root
-    try:
-        for i, name in enumerate(parts):
-            try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                found = Found(fd, parts[-1], root.joinpath(*parts), parts[i:-1], None)
-                fd = -1  # handed over
-                return found
-            if stat.S_ISLNK(st.st_mode):
-                try:
-                    link = os.readlink(name, dir_fd=fd)
-                except OSError:  # no longer a link
-                    return root.joinpath(*parts)
-                return _normal(here / link).joinpath(*parts[i + 1 :])
-            if i == len(parts) - 1:
-                found = Found(fd, name, here / name, (), st)
-                fd = -1
-                return found
-            if not stat.S_ISDIR(st.st_mode):
-                raise NotADirectoryError(
-                    errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(here / name)
-                )
-            try:
-                child = os.open(name, _WALK, dir_fd=fd)
-            except (NotADirectoryError, FileNotFoundError):  # swapped since the lstat
-                return root.joinpath(*parts)
-            os.close(fd)
-            fd, here = child, here / name
-        found = Found(fd, ".", root, (), os.stat(fd))
-        fd = -1
-        return found
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def _retrying(path: str, op: Callable[[], T]) -> T:
@@ -286,7 +169,7 @@ def _make_dirs(parent: int, names: tuple[str, ...]) -> int:
             with suppress(FileExistsError):  # made meanwhile: fine if a directory (checked)
                 os.mkdir(name, dir_fd=fd)
             try:
-                child = os.open(name, _WALK, dir_fd=fd)
+                child = os.open(name, WALK, dir_fd=fd)
             except (NotADirectoryError, FileNotFoundError):  # a link or a file there now
                 raise _Changed from None
             if fd != parent:

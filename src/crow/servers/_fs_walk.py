@@ -18,9 +18,9 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ._fs_safe import open_dir, open_entry, open_file, open_subdir, stat_in
+from ._fs_safe import open_dir, open_entry, open_file, open_subdir
 from ._fs_text import FsError, is_binary
-from .roots import Roots
+from .roots import Roots, stat_in
 
 #: grep skips bigger files: they are data or generated, and scanning them is slow.
 GREP_MAX_FILE_BYTES = 2 * 1024 * 1024

@@ -7,26 +7,25 @@ unless every address is public (or opened by ``web.allow_hosts``), and then conn
 very addresses, never to the name. So every connection of every redirect hop is checked, and
 a DNS answer that changes between the check and the connect (rebinding) cannot get past.
 
-Owns: address classification, the allow-list entries and the guarded transport. Not here: the
-request itself (``web.py``) and the search endpoint, which the user configures and is not
-guarded.
+Owns: address classification and the guarded transport. Not here: the allow-list entries
+(``crow.allow_hosts``, which config reads too), the request itself (``web.py``) and the search
+endpoint, which the user configures and is not guarded.
 """
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 import anyio
 import httpcore2
 import httpx2
 
+from crow.allow_hosts import AllowRule, IPAddress, parse_allow_host
 from crow.tls import client_context
 
-__all__ = [
+__all__ = [  # AllowRule and parse_allow_host live in crow.allow_hosts; web.py takes them here
     "AllowRule",
     "GuardedBackend",
     "GuardedTransport",
@@ -34,8 +33,6 @@ __all__ = [
     "address_kind",
     "parse_allow_host",
 ]
-
-IPAddress = IPv4Address | IPv6Address
 
 #: Cloud metadata endpoints (AWS, ECS, Alibaba, AWS over IPv6), named as such in a refusal.
 METADATA = frozenset(
@@ -77,59 +74,6 @@ def address_kind(ip: IPAddress) -> str | None:
     if not ip.is_global:
         return "non-public"
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The allow-list
-
-
-@dataclass(frozen=True, kw_only=True)
-class AllowRule:
-    """One ``web.allow_hosts`` entry: a host name or an IP network, on one port or any."""
-
-    name: str | None = None  # lower case, no trailing dot; matches the URL's host only
-    network: IPv4Network | IPv6Network | None = None  # matches the resolved address
-    port: int | None = None  # None: any port
-
-    def allows(self, host: str, port: int, address: IPAddress) -> bool:
-        if self.port is not None and port != self.port:
-            return False
-        if self.name is not None:
-            return host.lower().removesuffix(".") == self.name
-        return self.network is not None and address in self.network
-
-
-_ENTRY = re.compile(  # [IPv6 or range]:port, or host-or-IPv4-or-range:port
-    r"\[(?P<bracketed>[^\]]+)\](?::(?P<port6>\d+))?|(?P<host>[^:\[\]]+)(?::(?P<port>\d+))?"
-)
-_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
-
-
-def parse_allow_host(entry: str) -> AllowRule:
-    """``host``, ``host:port``, an IP, ``[IPv6]:port`` or a CIDR range (``10.0.0.0/8``).
-
-    Raises ValueError for anything else: a URL, an empty string, a bad port or host name.
-    """
-    text = entry.strip().lower()
-    bad = ValueError(f"{entry!r} is not a host name or IP with an optional :port, or a range")
-    try:  # a bare IPv6 address or range has colons of its own
-        return AllowRule(network=ip_network(text, strict=False))
-    except ValueError:
-        pass
-    if (found := _ENTRY.fullmatch(text)) is None:
-        raise bad
-    port = int(port_text) if (port_text := found["port6"] or found["port"]) else None
-    if port is not None and not 0 < port < 65536:
-        raise bad
-    host = found["bracketed"] or found["host"]
-    try:
-        return AllowRule(network=ip_network(host, strict=False), port=port)
-    except ValueError:
-        pass
-    name = host.removesuffix(".")
-    if found["bracketed"] or not all(_LABEL.fullmatch(label) for label in name.split(".")):
-        raise bad
-    return AllowRule(name=name, port=port)
 
 
 # ---------------------------------------------------------------------------------------------

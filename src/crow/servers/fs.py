@@ -46,14 +46,14 @@ from ._fs_edit import replace_text
 from ._fs_patch import Meta as Meta
 from ._fs_patch import diff_meta, first_changed_line
 from ._fs_patch import git_patch as git_patch
-from ._fs_safe import open_dir, open_file, stat_in
+from ._fs_safe import open_dir, open_file
 from ._fs_text import SNIFF_BYTES as SNIFF_BYTES
 from ._fs_text import FsError, count_lines, cut, decode_text, is_binary
 from ._fs_walk import GREP_MAX_FILE_BYTES as GREP_MAX_FILE_BYTES
 from ._fs_walk import SKIP_DIRS as SKIP_DIRS
 from ._fs_walk import glob_files, list_entries, text_lines, tree_texts
 from ._stdio import run_stdio
-from .roots import OutsideRoots, Roots
+from .roots import OutsideRoots, Roots, stat_in
 
 __all__ = ["FsError", "FsTools", "build_server", "main"]
 # Meta, git_patch and the limits imported ``as`` themselves above stay importable from

@@ -34,6 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 from pydantic import Field
 
+from ..config import ConfigError, load_config
 from ..extensions import APPROVED, SCOPE_ARGUMENT
 from ..memory.scopes import OWN, READ_ALL, MemoryError, MemoryPlace
 from ._stdio import run_stdio
@@ -199,8 +200,7 @@ async def _run(work: Callable[[], T]) -> T:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from crow.config import ConfigError, load_config
-    from crow.memory.shared import shared_store
+    from crow.memory.shared import shared_store  # numpy and the store: only when run alone
 
     parser = argparse.ArgumentParser(
         prog="crow mcp memory", description="Crow's memory MCP server over stdio."

@@ -1,16 +1,30 @@
-"""The directories a built-in server may touch, and which of them holds a path.
+"""The directories a built-in server may touch, which of them holds a path, and the walk to it.
 
-Owns `Roots` (fixed real paths, the root holding an absolute path) and `OutsideRoots`.  The
-race-free walk that every fs tool goes through, following symlinks only while they stay
-inside, lives in ``_fs_safe``; `Roots.resolve` is that walk for callers that want a path.
+Owns `Roots` (fixed real paths, the root holding an absolute path), `OutsideRoots`, and the
+race-free walk that every fs tool goes through (`locate`, `stat_in`): component by component
+on held directory fds, following symlinks only while they stay inside (``_fs_safe`` says why,
+and opens what the walk found).  `Roots.resolve` is that walk for callers that want a path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+
+__all__ = ["MAX_HOPS", "WALK", "Found", "OutsideRoots", "Roots", "locate", "stat_in"]
+
+#: Symlinks followed in one lookup before giving up with ELOOP (Linux's own MAXSYMLINKS).
+MAX_HOPS = 40
+
+# O_PATH (Linux) opens a directory for walking with search permission only, as the kernel
+# walks; elsewhere it is 0 and a walked directory must be readable.
+WALK = getattr(os, "O_PATH", 0) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class OutsideRoots(ValueError):
@@ -72,6 +86,116 @@ class Roots:
         The answer is only as good as the moment it was given: tools open through
         ``_fs_safe`` instead of opening this path.
         """
-        from ._fs_safe import stat_in  # it imports this module
-
         return stat_in(self, path)[0]
+
+
+# --- the walk ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a path led: the directory holding its last component, held open, and what is there."""
+
+    parent: int  #: fd of the directory holding ``name`` (the root itself when ``name`` is ".")
+    name: str  #: the last component, never a symlink when the walk looked
+    path: Path  #: the real absolute path, for messages and ``_meta``
+    missing: tuple[str, ...]  #: directories to make below ``parent`` before ``name`` (write)
+    stat: os.stat_result | None  #: ``lstat`` of ``name``; None when it does not exist
+
+
+@contextmanager
+def locate(roots: Roots, path: str) -> Iterator[Found]:
+    """Walk ``path`` (relative to the cwd root) to its last component, holding its parent.
+
+    In-root symlinks are followed, including a final one.  Raises `OutsideRoots` if the text
+    or any link leaves the roots, `NotADirectoryError` if a middle component is a file, and
+    `OSError` (``ELOOP``) past `MAX_HOPS` links.  The parent fd is closed on exit.
+    """
+    found = _walk(roots, path)
+    try:
+        yield found
+    finally:
+        os.close(found.parent)
+
+
+def stat_in(roots: Roots, path: str) -> tuple[Path, os.stat_result | None]:
+    """The real path of ``path`` and its ``lstat`` (None if it does not exist)."""
+    with locate(roots, path) as found:
+        return found.path, found.stat
+
+
+def _normal(path: Path) -> Path:
+    # normpath keeps a leading "//" (POSIX allows it a meaning); Linux gives it none.
+    return Path("/" + os.path.normpath(path).lstrip("/"))
+
+
+def _walk(roots: Roots, path: str) -> Found:
+    target = _normal(roots.resolved[0] / path)
+    for _ in range(MAX_HOPS):
+        anchored = roots.anchor(target)
+        if anchored is None:
+            raise roots.outside(path, target)
+        root, parts = anchored
+        step = _descend(_open_root(root), root, parts)
+        if isinstance(step, Found):
+            return step
+        target = step  # a symlink's target, or the same path again after a race
+    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+
+def _open_root(root: Path) -> int:
+    """The root opened from ``/`` without following links (its real path has none)."""
+    fd = os.open("/", WALK)
+    try:
+        for part in root.parts[1:]:
+            child = os.open(part, WALK, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _descend(fd: int, root: Path, parts: tuple[str, ...]) -> Found | Path:
+    """Walk ``parts`` below ``fd`` (the root, taken over) to a `Found`, or a path to walk next.
+
+    Each component is ``lstat``-ed, then opened ``O_NOFOLLOW`` relative to the one before.
+    On a symlink it returns the absolute text to walk instead; if a component changed between
+    the ``lstat`` and the open, the same path again.
+    """
+    here = root
+    try:
+        for i, name in enumerate(parts):
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                found = Found(fd, parts[-1], root.joinpath(*parts), parts[i:-1], None)
+                fd = -1  # handed over
+                return found
+            if stat.S_ISLNK(st.st_mode):
+                try:
+                    link = os.readlink(name, dir_fd=fd)
+                except OSError:  # no longer a link
+                    return root.joinpath(*parts)
+                return _normal(here / link).joinpath(*parts[i + 1 :])
+            if i == len(parts) - 1:
+                found = Found(fd, name, here / name, (), st)
+                fd = -1
+                return found
+            if not stat.S_ISDIR(st.st_mode):
+                raise NotADirectoryError(
+                    errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(here / name)
+                )
+            try:
+                child = os.open(name, WALK, dir_fd=fd)
+            except (NotADirectoryError, FileNotFoundError):  # swapped since the lstat
+                return root.joinpath(*parts)
+            os.close(fd)
+            fd, here = child, here / name
+        found = Found(fd, ".", root, (), os.stat(fd))
+        fd = -1
+        return found
+    finally:
+        if fd >= 0:
+            os.close(fd)

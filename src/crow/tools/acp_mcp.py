@@ -24,6 +24,8 @@ import itertools
 import logging
 from typing import Any
 
+import anyio
+
 from crow.acp import AcpError, InvalidParams, Peer, ResourceNotFound
 
 # The ``mcp`` SDK (~0.6 s to import) is imported where a transport is opened: a
@@ -132,8 +134,6 @@ class AcpMcpTransport(_RawMcp):
         connection = answer.get("connectionId") if isinstance(answer, dict) else None
         if not isinstance(connection, str):
             raise ConnectionError(f"mcp/connect to {self.server_id!r} gave no connectionId")
-        import anyio
-
         self.connection_id = connection
         self.links.open[connection] = self
         self._to_client, self.read = anyio.create_memory_object_stream[Any](1024)
@@ -155,7 +155,7 @@ class AcpMcpTransport(_RawMcp):
 
     # ---- what the SDK's client sends ------------------------------------------
     async def _forward(self) -> None:
-        from mcp_types import JSONRPCNotification, JSONRPCRequest
+        from mcp_types import JSONRPCNotification, JSONRPCRequest  # the SDK: see the top
 
         async for session_message in self._from_client:
             message = session_message.message
@@ -169,7 +169,7 @@ class AcpMcpTransport(_RawMcp):
                 self._resolve(message)
 
     async def _forward_request(self, request: Any) -> None:
-        from mcp_types import JSONRPCResponse
+        from mcp_types import JSONRPCResponse  # the SDK: see the note at the top
 
         try:
             result = await self.links.peer.request(MCP_MESSAGE, self._envelope(request))
@@ -185,8 +185,7 @@ class AcpMcpTransport(_RawMcp):
 
     async def _send(self, message: Any) -> None:
         """One message to the SDK's client (a dict is validated into its model)."""
-        import anyio
-        from mcp.shared.message import SessionMessage
+        from mcp.shared.message import SessionMessage  # the SDK: see the note at the top
         from mcp_types import jsonrpc_message_adapter
 
         if isinstance(message, dict):
@@ -214,9 +213,9 @@ def in_memory_transport(server: Any) -> Any:
     guarded, so a release that moves it fails here with a sentence, not as a task
     that never starts.  Raises ConnectionError."""
     try:
-        from mcp.client._memory import InMemoryTransport
+        from mcp.client._memory import InMemoryTransport  # the SDK: see the note at the top
     except ImportError as exc:
-        from importlib.metadata import version
+        from importlib.metadata import version  # only to say which mcp is installed
 
         raise ConnectionError(
             f"the installed mcp {version('mcp')} has no in-memory transport where Crow "
@@ -303,8 +302,7 @@ class McpRelay(_RawMcp):
         await self._notify(method, params)
 
     async def _send(self, message: dict[str, Any]) -> None:
-        import anyio
-        from mcp.shared.message import SessionMessage
+        from mcp.shared.message import SessionMessage  # the SDK: see the note at the top
         from mcp_types import jsonrpc_message_adapter
 
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -131,7 +131,7 @@ class ToolHub:
         """Start every server and wait until each has listed its tools or failed.
         ``acp``: an ``AcpMcpLinks``, for the servers the ACP client serves itself."""
         await import_off_loop("mcp")
-        from mcp.client.stdio import StdioServerParameters
+        from mcp.client.stdio import StdioServerParameters  # the SDK, just imported off the loop
 
         for name, factory in builtins.items():
             try:
@@ -203,7 +203,7 @@ class ToolHub:
 
     async def _own(self, server: _Server) -> None:
         """The one task that opens, holds and closes this server's client."""
-        from mcp import Client
+        from mcp import Client  # the SDK: imported on first use (see the module)
 
         try:
             async with Client(server.target, client_info=_client_info()) as client:
@@ -347,12 +347,13 @@ def _tool_info(server: _Server, tool: Any) -> ToolInfo:
 
 
 def _client_info() -> Any:
-    from mcp_types import Implementation
+    from mcp_types import Implementation  # the SDK: imported on first use (see the module)
 
     return Implementation(name="crow", version="2")
 
 
 def _http_transport(url: str, headers: dict[str, str]) -> Any:
+    # httpx and the SDK's HTTP client: only for a server reached over HTTP.
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
@@ -364,7 +365,7 @@ def _http_transport(url: str, headers: dict[str, str]) -> Any:
 
 def _is_tool_level(exc: BaseException) -> bool:
     """An MCP error answer (bad arguments, unknown tool) rather than a broken server."""
-    from mcp.shared.exceptions import MCPError
+    from mcp.shared.exceptions import MCPError  # the SDK: imported on first use (see the module)
 
     return isinstance(exc, MCPError) and getattr(exc, "code", 0) in (-32602, -32601)
 

@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    # The config loads when the command runs, not when the CLI builds its parsers.
     from crow.config import ConfigError, Paths, forget_permissions, remembered_permissions
 
     paths = Paths.from_env()

@@ -12,7 +12,8 @@ from typing import Any
 
 import orjson
 
-from crow.agent.session import LiveSession, now
+from crow.agent.session import LiveSession
+from crow.ids import now
 from crow.store.aio import AsyncStore
 from crow.store.db import Store
 

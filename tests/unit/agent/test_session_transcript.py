@@ -3,7 +3,8 @@ always what the store holds (another process may append between two turns)."""
 
 from __future__ import annotations
 
-from crow.agent.session import LiveSession, now
+from crow.agent.session import LiveSession
+from crow.ids import now
 from crow.store.aio import AsyncStore
 from crow.store.db import Store
 

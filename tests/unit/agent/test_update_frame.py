@@ -8,8 +8,9 @@ from typing import Any
 
 import orjson
 
-from crow.agent.session import LiveSession, now
+from crow.agent.session import LiveSession
 from crow.agent.watchers import V2Watcher, update_frame
+from crow.ids import now
 from crow.store.aio import AsyncStore
 from crow.store.db import Store
 

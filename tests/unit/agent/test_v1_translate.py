@@ -13,8 +13,8 @@ import pytest
 from acp import schema as v1
 
 from crow.acp import schema
-from crow.agent.v1_content import diff_content, parse_git_patch, terminal_text
-from crow.agent.v1_translate import SessionTranslator, config_options, permission_params
+from crow.agent.v1.content import diff_content, parse_git_patch, terminal_text
+from crow.agent.v1.translate import SessionTranslator, config_options, permission_params
 
 SID = "sess_1"
 

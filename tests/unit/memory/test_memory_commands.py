@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from crow.memory import store as store_module
-from crow.memory.commands import _stamp, split_markdown
+from crow.memory.importing import split_markdown
+from crow.memory.importing import stamp as _stamp
 from crow.memory.store import Memory, MemoryStore
 
 

@@ -19,14 +19,14 @@ import time
 import pytest
 
 from crow.config import embedded_spec
+from crow.extras import embedded_available
+from crow.models.adapt import plain_messages
 from crow.models.errors import ModelRejected
 from crow.models.events import Finished, TextDelta, ToolCallDelta
 from crow.models.local import (
     RUNTIME_ENV,
     RUNTIMES,
     LocalModels,
-    embedded_available,
-    plain_messages,
     runtime,
 )
 

@@ -19,13 +19,12 @@ import httpx2
 import pytest
 
 from crow import tls as crow_tls
+from crow.allow_hosts import AllowRule, parse_allow_host
 from crow.servers._web_guard import (
-    AllowRule,
     GuardedBackend,
     GuardedTransport,
     Refused,
     address_kind,
-    parse_allow_host,
 )
 
 ADDRESS_KINDS = [  # (address, kind or None for public)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from crow.store.commands import copy_sessions
+from crow.store.copy import copy_sessions
 from crow.store.db import PostgresStore, Store
 from crow.store.migrations import MIGRATIONS
 

@@ -11,7 +11,7 @@
   output (its last ``TERMINAL_TEXT_CHARS``) and how it ended.
 - Content block types v1 lacks are left out.
 
-Pure functions over wire dicts; ``v1_translate`` decides when to send them.
+Pure functions over wire dicts; ``translate`` decides when to send them.
 """
 
 from __future__ import annotations

@@ -19,8 +19,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL, Paths, ollama_url
-from .private import private_dir, write_private
+from ..extras import embedded_available
+from ..private import private_dir, write_private
+from ..tls import client_context
+from .chain import ollama_url
+from .paths import Paths
+from .settings import DEFAULT_MODEL, EMBEDDED_CONTEXT, EMBEDDED_MODEL
 
 __all__ = ["Found", "detect", "render", "write_default_config"]
 
@@ -146,8 +150,6 @@ class Found:
 
 def detect(base_url: str | None = None) -> Found:
     """Look for models (each server is given ``PROBE_TIMEOUT_S``)."""
-    from .models.local import embedded_available
-
     where = ollama_url(os.environ.get("OLLAMA_HOST", ""))
     tags = _get_json(where.removesuffix("/v1") + "/api/tags")
     listed = _get_json(base_url.rstrip("/") + "/models") if base_url else None
@@ -161,8 +163,6 @@ def detect(base_url: str | None = None) -> Found:
 
 
 def _get_json(url: str) -> object:
-    from .tls import client_context
-
     context = client_context() if url.startswith("https:") else None
     try:
         with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S, context=context) as answer:

@@ -20,6 +20,9 @@ import os
 import sys
 from typing import Any
 
+from ..config import ConfigError, Paths, load_config
+from ..private import private_dir
+
 __all__ = ["CONFIG_SAID", "check_args", "parse"]
 
 EXIT_USAGE, EXIT_CONNECTION = 2, 7
@@ -71,8 +74,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
         return None
     if args.subcommand in SPAWNING and (url or getattr(args, "command", None)):
         return None  # the agent is someone else's: its config is its own business
-    from .config import ConfigError, load_config
-
     try:
         config = load_config()
     except ConfigError as exc:
@@ -83,7 +84,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
             print(f"crow: {warning}", file=sys.stderr)
         os.environ[CONFIG_SAID] = "1"
     if config.store_url and args.subcommand in SPAWNING:
-        from .store.db import StoreError, probe
+        from ..store.db import StoreError, probe  # start-up: only a PostgreSQL store
 
         try:
             probe(config.store_url)
@@ -95,9 +96,6 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
 def _first_run() -> None:
     """The home does not exist: say once where Crow keeps things, and make it."""
-    from .config import Paths
-    from .private import private_dir
-
     paths = Paths.from_env()
     if paths.home.exists():
         return

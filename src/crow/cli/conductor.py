@@ -26,12 +26,12 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from .common import EXIT_INTERRUPTED, EXIT_USAGE
+
 if TYPE_CHECKING:
-    from .conductor import Component
+    from ..orchestra.conductor import Component
 
 __all__ = ["add_arguments", "main"]
-
-EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from .conductor import Component, ComponentError
+    from ..orchestra.conductor import Component, ComponentError  # loads when it runs
 
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="crow conductor: %(message)s"
@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(_conduct(components, agent, args.trace, args.init_timeout))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except OSError as exc:
         print(f"crow conductor: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -87,10 +87,11 @@ def _seconds(text: str) -> float:
 async def _conduct(
     proxies: list[Component], agent: Component | None, trace_path: str | None, init_timeout: float
 ) -> int:
+    # The chain's parts load when it runs.
     from crow.acp.transports.stdio import open_stdio
     from crow.private import open_private_append
 
-    from .conductor import Conductor, Trace
+    from ..orchestra.conductor import Conductor, Trace
 
     with contextlib.ExitStack() as stack:
         # 0600: the trace holds every prompt, reply and tool output of the chain.

@@ -24,12 +24,12 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from .common import EXIT_INTERRUPTED, EXIT_USAGE, Refused, config_or_refuse
+
 if TYPE_CHECKING:
     from crow.config import Config
 
 __all__ = ["add_arguments", "main"]
-
-EXIT_USAGE = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,107 +53,58 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from crow.config import ConfigError, load_config
-
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,
         format=f"crow proxy {args.proxy}: %(message)s",
     )
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        print(f"crow proxy: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    config = config_or_refuse("crow proxy")
     run = {"judge": _judge, "memory": _memory, "record": _record}[args.proxy]
     try:
-        return asyncio.run(run(args, config))
+        asyncio.run(run(args, config))
     except KeyboardInterrupt:
-        return 130
-    except LookupError as exc:
+        return EXIT_INTERRUPTED
+    except LookupError as exc:  # one the proxy met (a model the router lacks): one line
         print(f"crow proxy: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    return 0
 
 
-async def _judge(args: argparse.Namespace, config: Config) -> int:
-    from crow.acp import open_stdio
-    from crow.acp.proxy import ProxySide
-    from crow.models.router import ModelRouter
-
-    from .judge import DEFAULT_RUBRIC, TurnView, Verdict, ask
-    from .judge_proxy import JudgeProxy, with_check
+async def _judge(args: argparse.Namespace, config: Config) -> None:
+    # The proxies load when one runs.
+    from ..orchestra.judge import DEFAULT_RUBRIC
+    from ..orchestra.proxies import serve_judge
 
     settings = config.judge
     model = args.model or settings.model or config.chain[0]
     if model not in config.models:
-        raise LookupError(f"no model {model} (these are: {', '.join(config.models)})")
-    rubric = args.rubric or settings.rubric or DEFAULT_RUBRIC
+        raise Refused(f"crow proxy: no model {model} (these are: {', '.join(config.models)})")
     max_rounds = args.max_rounds or settings.max_rounds
     if max_rounds < 1:
-        raise LookupError("--max-rounds must be at least 1")
-    router = ModelRouter(config)
-
-    async def judge(turn: TurnView, cwd: str, check: str | None) -> Verdict:
-        return await ask(router, model, turn, rubric)
-
-    proxy = ProxySide(await open_stdio())
-    JudgeProxy(
-        proxy,
-        with_check(judge, settings.check_timeout_s),
-        judge_model=model,
+        raise Refused("crow proxy: --max-rounds must be at least 1")
+    await serve_judge(
+        config,
+        model=model,
+        rubric=args.rubric or settings.rubric or DEFAULT_RUBRIC,
         check=args.check or settings.check,
         max_rounds=max_rounds,
     )
-    try:
-        await proxy.serve()
-    finally:
-        await router.aclose()
-    return 0
 
 
-async def _record(args: argparse.Namespace, config: Config) -> int:
-    from crow.acp import open_stdio
-    from crow.acp.proxy import ProxySide
-    from crow.store.aio import AsyncStore
-    from crow.store.db import StoreError, open_store
-
-    from .record_proxy import RecordProxy
+async def _record(args: argparse.Namespace, config: Config) -> None:
+    # The proxy and the store load when the proxy runs.
+    from ..orchestra.proxies import serve_record
+    from ..store.aio import AsyncStore
+    from ..store.db import StoreError, open_store
 
     try:
         store = AsyncStore(open_store(args.store or config.store_location))
     except StoreError as exc:
-        raise LookupError(str(exc)) from None
-    proxy = ProxySide(await open_stdio())
-    recorder = RecordProxy(proxy, store)
-    try:
-        await proxy.serve()
-    finally:
-        await recorder.aclose()
-    return 0
+        raise Refused(f"crow proxy: {exc}") from None
+    await serve_record(store)
 
 
-async def _memory(args: argparse.Namespace, config: Config) -> int:
-    from typing import Any
+async def _memory(args: argparse.Namespace, config: Config) -> None:
+    from ..orchestra.proxies import serve_memory  # the proxies load when one runs
 
-    from crow.acp import open_stdio
-    from crow.acp.proxy import ProxySide
-    from crow.memory.scopes import OWN, READ_ALL, MemoryPlace
-    from crow.memory.shared import shared_store
-    from crow.servers.memory import build_server
-
-    from .memory_proxy import MemoryProxy
-
-    def make_server(cwd: str, session_id: str | None) -> Any:
-        store = lambda: shared_store(config.paths.memory, config.memory)  # noqa: E731
-        # What the agent reaches: its session's own scopes (no approvals: nobody here
-        # asks the person before a write beyond them).
-        reach = READ_ALL if config.memory.model_reads == "all" else OWN
-        return build_server(store, MemoryPlace(cwd, session_id, reach))
-
-    proxy = ProxySide(await open_stdio())
-    memory = MemoryProxy(proxy, make_server)
-    try:
-        await proxy.serve()
-    finally:
-        await memory.aclose()
-    return 0
+    await serve_memory(config)

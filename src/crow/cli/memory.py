@@ -17,20 +17,17 @@ done, 1 some of it failed (each failure is named on stderr), 2 bad usage.
 from __future__ import annotations
 
 import argparse
-import calendar
 import json
-import re
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .scopes import MemoryError, MemoryPlace
+from ..memory.scopes import MemoryError, MemoryPlace
+from .common import EXIT_USAGE, config_or_refuse
 
-__all__ = ["add_arguments", "main", "split_markdown"]
+__all__ = ["add_arguments", "main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,15 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from crow.config import ConfigError, load_config
+    # The store (LanceDB, the embedder) loads when a memory command runs.
+    from ..memory.shared import shared_store
 
-    from .shared import shared_store
-
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    config = config_or_refuse()
     cwd = args.cwd or Path.cwd()
     if not cwd.is_dir():
         print(f"crow memory: --cwd {cwd}: not a directory", file=sys.stderr)
@@ -158,11 +150,13 @@ def _export(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
 
 
 def _import(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
+    from ..memory.importing import records_in, stamp  # calendar: 3 ms of every start-up
+
     default_scope = place.scope(args.scope)
     added = merged = failed = 0
     for path in args.files:
         try:
-            records = list(_records(path, default_scope))
+            records = list(records_in(path, default_scope))
         except (OSError, UnicodeDecodeError) as exc:
             print(f"crow memory: {path}: {exc}", file=sys.stderr)
             failed += 1
@@ -179,7 +173,7 @@ def _import(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
                     tags=record.get("tags") or (),
                     session=str(record.get("session") or ""),
                     message=str(record.get("message") or ""),
-                    created=_stamp(record.get("created")),
+                    created=stamp(record.get("created")),
                     memory_id=record.get("id"),
                 )
             except (MemoryError, KeyError, TypeError, ValueError) as exc:
@@ -197,77 +191,8 @@ def _import(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _records(path: Path, scope: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix.lower() in (".md", ".markdown"):
-        for number, (item, tags) in enumerate(split_markdown(text), 1):
-            yield f"{path} item {number}", {"text": item, "tags": tags, "scope": scope}
-        return
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield where, {"error": f"not JSON ({exc.msg})"}
-            continue
-        if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-            yield where, {"error": 'not a memory: a JSON object with a "text" string'}
-            continue
-        yield where, record
-
-
-def _stamp(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(value, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
-
-
-_BULLET = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-
-
-def split_markdown(text: str) -> list[tuple[str, list[str]]]:
-    """AGENTS.md / MEMORY.md as memories: a list item or a paragraph each,
-    tagged with the heading it stands under."""
-    items: list[tuple[str, list[str]]] = []
-    tag: list[str] = []
-    current: list[str] = []
-    fenced = False
-
-    def flush() -> None:
-        body = " ".join(" ".join(current).split())
-        if body:
-            items.append((body, list(tag)))
-        current.clear()
-
-    for line in text.splitlines():
-        if line.strip().startswith("```"):
-            fenced = not fenced
-            current.append(line.strip())
-            continue
-        heading = None if fenced else _HEADING.match(line)
-        if heading:
-            flush()
-            words = re.findall(r"[a-z0-9]+", heading.group(1).lower())
-            tag = ["-".join(words[:3])] if words else []
-        elif not fenced and _BULLET.match(line):
-            flush()
-            current.append(_BULLET.sub("", line))
-        elif not line.strip() and not fenced:
-            flush()
-        else:
-            current.append(line.strip())
-    flush()
-    return items
-
-
 def _reindex(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
-    from .embedders import EmbedderUnavailable
+    from ..memory.embedders import EmbedderUnavailable  # with the store (see main)
 
     if store.embedder is None:
         print("crow memory: no embedder is configured ([memory] embedder = none)", file=sys.stderr)

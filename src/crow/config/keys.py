@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 from typing import Any
 
-from .config import (
+from .settings import (
     TOOL_KINDS,
     AcpSettings,
     JudgeSettings,

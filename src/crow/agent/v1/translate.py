@@ -15,7 +15,7 @@ same thing to a v1 client:
   (v1 has no content chunks) whenever it changes: a ``tool_call_content_chunk``
   or a terminal's output re-sends the tool call's accumulated content.
   Status ``cancelled`` → ``failed``; unknown kinds → ``other``.
-- diffs and display terminals → what v1 can show (``v1_content``).
+- diffs and display terminals → what v1 can show (``content``).
 - ``plan_update`` (items plans) → v1 ``plan``, every items plan's entries in
   first-seen order (v1 has one plan per session); entry status ``cancelled``
   → ``completed`` with ``_meta["crow/status"]``.
@@ -37,7 +37,7 @@ from pydantic import ValidationError
 
 from crow.acp import SessionProjection, ToolCall, schema
 
-from .v1_content import content_block, diff_content, terminal_text
+from .content import content_block, diff_content, terminal_text
 
 __all__ = ["SessionTranslator", "config_options", "permission_params"]
 

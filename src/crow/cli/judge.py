@@ -20,14 +20,14 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .common import EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_USAGE, config_or_refuse
+
 if TYPE_CHECKING:
     from crow.config import Config
 
 __all__ = ["add_arguments", "main"]
 
 EXIT_VERDICT = {"pass": 0, "fail": 1, "unknown": 3}
-EXIT_USAGE, EXIT_CONNECTION = 2, 7
-EXIT_NO_SESSION = 10  # as crow run, chat and sessions say it
 NOT_IN_V1 = (
     "this agent speaks ACP v1, which has no form for following a session's turns or "
     "posting a verdict; judge it with crow proxy judge in front of it instead"
@@ -64,13 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from crow.config import ConfigError, load_config
-
-    try:
-        config = load_config()
-    except ConfigError as exc:
-        print(f"crow: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    config = config_or_refuse()
     if args.max_rounds < 1:
         print("crow judge: --max-rounds must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -80,17 +74,18 @@ def main(args: argparse.Namespace) -> int:
             f"crow judge: no model {model} (these are: {', '.join(config.models)})", file=sys.stderr
         )
         return EXIT_USAGE
-    return asyncio.run(_judge(args, config, model))  # Ctrl-C: crow.cli says so, 130
+    return asyncio.run(_judge(args, config, model))  # Ctrl-C: crow.cli.app says so, 130
 
 
 async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
+    # The client, the model router and the judge: loaded when the command runs.
     from crow.acp import AcpError, InvalidParams, SessionNotFound
     from crow.client.connect import AgentUnavailable, connect
     from crow.client.session_ids import AmbiguousSession, resolve
     from crow.models.router import ModelRouter
     from crow.runtime.imports import import_off_loop
 
-    from .judge import DEFAULT_RUBRIC, verify
+    from ..orchestra.judge import DEFAULT_RUBRIC, verify
 
     router = ModelRouter(config)
     try:

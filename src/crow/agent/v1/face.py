@@ -6,7 +6,7 @@ speaks v1 on it (framing, v1 models, dispatch); ``V1Agent`` implements its
 ``Agent`` interface on ``CrowAgent``, so a session is one session whichever
 protocol created it, and resumes over the other.  ``V1Watcher`` is the
 connection's ``Watcher``: each logged v2 update goes out translated
-(``v1_translate``), in the log's order.
+(``translate``), in the log's order.
 
 Mapping decisions (ACP-V2.md §12):
 
@@ -20,7 +20,7 @@ Mapping decisions (ACP-V2.md §12):
   ``session/resume`` = resume without replay.  The ``model`` select option is a
   v1 config option (``session/set_config_option``); no modes, no auth.
 - Permission questions: v2 ``title``/``subject`` → v1 ``toolCall``
-  (``v1_translate.permission_params``); the v1 outcome comes back as the v2
+  (``translate.permission_params``); the v1 outcome comes back as the v2
   outcome.  v1 cannot withdraw a question: a late answer is ignored.
 """
 
@@ -44,9 +44,9 @@ from crow.acp import AcpError, schema
 from crow.acp.jsonrpc import EOF_GRACE_S, Transport
 from crow.acp.router import MessageTransport
 
-from .service import CrowAgent
-from .turn import Turn
-from .v1_translate import SessionTranslator, config_options, permission_params
+from ..service import CrowAgent
+from ..turn import Turn
+from .translate import SessionTranslator, config_options, permission_params
 
 __all__ = ["V1Agent", "V1Watcher", "serve_v1"]
 
@@ -230,7 +230,7 @@ class V1Agent:
             additionalDirectories=additional_directories,
         )
         with self._calling():
-            response = await self.agent.new_session(self.watcher, params)
+            response = await self.agent.methods.new_session(self.watcher, params)
         return v1.NewSessionResponse.model_validate(
             {
                 "sessionId": response.session_id,
@@ -283,7 +283,7 @@ class V1Agent:
         if replay:
             self.watcher.forget(session_id)
         with self._calling():
-            response = await self.agent.resume_session(self.watcher, params)
+            response = await self.agent.methods.resume_session(self.watcher, params)
         return _options(response)
 
     async def list_sessions(
@@ -291,13 +291,13 @@ class V1Agent:
     ) -> v1.ListSessionsResponse:
         params = _v2_params("session/list", {}, cwd=cwd, cursor=cursor)
         with self._calling():
-            response = await self.agent.list_sessions(self.watcher, params)
+            response = await self.agent.methods.list_sessions(self.watcher, params)
         return v1.ListSessionsResponse.model_validate(response.to_wire())
 
     async def close_session(self, session_id: str, **kwargs: Any) -> v1.CloseSessionResponse:
         params = _v2_params("session/close", {"sessionId": session_id})
         with self._calling():
-            await self.agent.close_session(self.watcher, params)
+            await self.agent.methods.close_session(self.watcher, params)
         self.watcher.forget(session_id)
         return v1.CloseSessionResponse()
 
@@ -310,7 +310,7 @@ class V1Agent:
             {"sessionId": session_id, "configId": config_id, "type": kind, "value": value},
         )
         with self._calling():
-            response = await self.agent.set_config_option(self.watcher, params)
+            response = await self.agent.methods.set_config_option(self.watcher, params)
         return v1.SetSessionConfigOptionResponse.model_validate(
             {"configOptions": _options(response)}
         )
@@ -324,7 +324,7 @@ class V1Agent:
             # v1 keeps v1's meaning: the answer comes when the turn ends; on a busy
             # session the prompt is held like a v2 one (there is no steering in v1).
             mode = "reject" if self.agent.config.session.while_busy == "reject" else "queue"
-            turn = await self.agent.take_prompt(session, self.watcher, blocks, mode=mode)
+            turn = await self.agent.prompts.take_prompt(session, self.watcher, blocks, mode=mode)
             assert isinstance(turn, Turn)
         # Before the turn's first update: this client shows its own prompt.
         self.watcher.translator(session_id).own_prompts.add(turn.message_id)

@@ -1,0 +1,193 @@
+"""This server among others on one store: turn leases, other servers' news, orphans.
+
+One turn runs per session across processes: a prompt takes the session's lease in
+the store before it is acknowledged (``crow.store.lease``), and the server renews
+its leases while any of its turns runs.  On a file store that is all.
+
+On a shared (PostgreSQL) store other servers append to the same sessions.  A
+server hears what they log (``crow.store.listen``) and sends its watchers what
+they have not seen (``LiveSession.catch_up``, one task per session at a time);
+hears cancels, permission questions (crow.agent.shared_questions) and held prompts
+(crow.agent.shared_queue) of the others; and every ``ORPHAN_SWEEP_S`` closes the
+turns of servers that died, so those watching elsewhere see the turn end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any, Protocol
+
+from crow.acp import InvalidParams
+from crow.store.aio import settled
+from crow.store.db import StoreError, StoreUnavailable
+from crow.store.lease import RENEW_EVERY_S, expiry
+from crow.store.listen import follow_updates
+
+from .host import SessionHost
+from .recovery import close_interrupted_turns, is_orphaned
+from .session import LiveSession
+from .shared_questions import SharedQuestions
+from .shared_queue import SharedQueue
+
+__all__ = ["ORPHAN_SWEEP_S", "Cluster", "ClusterHost", "busy"]
+
+log = logging.getLogger("crow.agent")
+
+#: On a shared store, how often a server looks for turns whose server died.
+ORPHAN_SWEEP_S = 5.0
+
+
+class ClusterHost(SessionHost, Protocol):
+    def show_queue(self, session: LiveSession) -> None:
+        """Show every watcher the session's held prompts."""
+        ...
+
+
+class Cluster:
+    """The turn leases of this process, and (on a shared store) the other servers."""
+
+    def __init__(self, host: ClusterHost, owner: str) -> None:
+        self.host = host
+        self.store = host.store
+        self.owner = owner  # the name this process takes turn leases under
+        self.questions: SharedQuestions | None = None
+        self.queue: SharedQueue | None = None
+        if self.store.shared:
+            self.questions = SharedQuestions(self.store, host.live)
+            self.queue = SharedQueue(self.store, owner)
+        self._listener: asyncio.Task[None] | None = None  # other servers' updates
+        self._lease_keeper: asyncio.Task[None] | None = None
+
+    # ---- other servers on a shared store --------------------------------------------
+    def follow_store(self) -> None:
+        """On a shared store, hear the updates other servers log (crow.store.listen)."""
+        if self.questions is None or self._listener is not None:
+            return
+        url = self.store.sync.url  # type: ignore[attr-defined]
+        heard = follow_updates(
+            url,
+            self._heard,
+            self._heard_everything,
+            self._heard_cancel,
+            self.questions.heard,
+            self._heard_held,
+        )
+        self._listener = asyncio.create_task(heard, name="store-listener")
+        self.host.spawn(self._close_orphans(), name="orphan-sweeper")
+
+    async def aclose(self) -> None:
+        """Stop hearing the other servers (at shutdown)."""
+        if self._listener is not None:
+            self._listener.cancel()
+        if self.questions is not None:
+            await self.questions.aclose()
+
+    async def _close_orphans(self) -> None:
+        """On a shared store, close the turns of servers that died, without waiting for
+        a client to touch the session: those watching elsewhere see the turn end."""
+        assert self.queue is not None
+        while True:
+            await asyncio.sleep(ORPHAN_SWEEP_S)
+            try:
+                await self.store.submit(close_interrupted_turns, self.store.sync)
+                moved = await self.queue.keep()  # ours renewed, the dead's dropped
+            except StoreError as exc:
+                log.warning("closing interrupted turns failed: %s", exc)
+                continue
+            for session_id in moved:
+                self._heard_held(session_id)
+
+    def _heard(self, session_id: str, seq: int) -> None:
+        session = self.host.live.get(session_id)
+        if session is not None and seq > session.delivered:
+            self._catch_up(session)
+
+    def _heard_held(self, session_id: str) -> None:
+        """The session's held prompts changed somewhere: show them, and insert ours if
+        it is now our turn."""
+        session = self.host.live.get(session_id)
+        if session is not None:
+            self.host.show_queue(session)
+            self.host.advance(session)
+
+    def _heard_everything(self) -> None:
+        for session in list(self.host.live.values()):
+            self._catch_up(session)
+
+    def _heard_cancel(self, session_id: str) -> None:
+        """Another server's client cancelled a turn: ours, if it runs here."""
+        session = self.host.live.get(session_id)
+        if session is not None and session.busy:
+            session.cancel_turn("session/cancel")
+
+    def _catch_up(self, session: LiveSession) -> None:
+        """One catch-up task per session at a time; news during it runs it again."""
+        if session.catching_up is not None and not session.catching_up.done():
+            session.more_to_catch = True
+            return
+
+        async def catch_up() -> None:
+            session.more_to_catch = True
+            while session.more_to_catch:
+                session.more_to_catch = False
+                try:
+                    await session.catch_up()
+                except StoreUnavailable as exc:
+                    log.warning("catching up session %s failed: %s", session.id, exc)
+            if session.held:
+                self.host.advance(session)  # another server's turn may have ended
+
+        session.catching_up = self.host.spawn(catch_up(), name=f"catch-up-{session.id}")
+
+    # ---- the turn lease -----------------------------------------------------------
+    async def take_lease(self, session: LiveSession) -> None:
+        """Take the session's turn lease, or raise busy if a live process has it."""
+        taken = await self._acquire(session.id)
+        if not taken:
+            record = await self.store.get_session(session.id)
+            if record is not None and is_orphaned(record):
+                await self.store.submit(close_interrupted_turns, self.store.sync)
+                taken = await self._acquire(session.id)
+        if not taken:
+            raise busy(session.id, elsewhere=True)
+
+    async def _acquire(self, session_id: str) -> bool:
+        """Acquire; if the prompt is withdrawn meanwhile, give the lease back."""
+        attempt = self.store.acquire_turn(
+            session_id, owner=self.owner, pid=os.getpid(), expires=expiry()
+        )
+        taken, cancelled = await settled(attempt)
+        if cancelled:
+            if taken:
+                releasing = self.store.release_turn(session_id, owner=self.owner)
+                self.host.spawn(releasing, name="release")
+            raise asyncio.CancelledError
+        return taken
+
+    def keep_leases(self) -> None:
+        """Renew this process's leases while any of its turns runs."""
+        if self._lease_keeper is None or self._lease_keeper.done():
+            self._lease_keeper = self.host.spawn(self._renew_leases(), name="lease-keeper")
+
+    async def _renew_leases(self) -> None:
+        while any(s.busy for s in self.host.live.values()):
+            await asyncio.sleep(RENEW_EVERY_S)
+            try:
+                await self.store.renew_leases(self.owner, expiry())
+            except StoreUnavailable as exc:
+                log.warning("could not renew turn leases: %s", exc)
+
+
+def busy(session_id: str, *, elsewhere: bool = False) -> InvalidParams:
+    """The refusal of a prompt while the session's turn runs (here, or ``elsewhere``:
+    in another process)."""
+    where = " in another Crow process" if elsewhere else ""
+    data: dict[str, Any] = {"sessionId": session_id, "reason": "busy"}
+    if elsewhere:
+        data["elsewhere"] = True
+    return InvalidParams(
+        f"The session is busy with a prompt{where}: wait for idle or send session/cancel",
+        data=data,
+    )

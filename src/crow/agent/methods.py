@@ -1,0 +1,259 @@
+"""The ACP session methods: ``session/new``, ``list``, ``resume``, ``close``, ``delete``
+and ``set_config_option``, over the agent's live sessions (crow.agent.service).
+
+A session made live gets its tool servers (crow.agent.tooling), started again on a
+resume only when its servers or roots changed; its verify setting and judge
+(crow.agent.verdicts); and, on a resume, the log it asked to replay.  Who may end
+what is said in crow.agent.service.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+
+from crow.acp import InvalidParams, InvalidRequest, SessionNotFound, schema
+from crow.ids import new_id, now
+from crow.store.db import SessionRecord, StoreError, StoreUnavailable
+
+from . import commands, verdicts
+from .cluster import Cluster
+from .host import SessionHost
+from .params import absolute, directories, existing_directory, replay_cursor, session_info
+from .recovery import close_interrupted_turns, is_orphaned
+from .session import LiveSession
+from .tooling import client_servers, start_tools
+from .watchers import Watcher
+
+__all__ = ["MAX_SESSIONS_PER_CONNECTION", "MethodsHost", "SessionMethods", "clients"]
+
+#: Sessions one connection may have open at once (each holds tool servers).
+MAX_SESSIONS_PER_CONNECTION = 64
+
+
+class MethodsHost(SessionHost, Protocol):
+    """What the session methods need of the agent besides its live sessions."""
+
+    clients_authenticated: bool  # False: its clients may not name MCP servers
+    owner: str  # the name this process takes turn leases under
+    cluster: Cluster
+
+    def learn_model(self, name: str) -> None: ...
+
+    def maybe_quiet(self) -> None: ...
+
+    def config_options(self, session: LiveSession) -> list[schema.SessionConfigOption]: ...
+
+
+class SessionMethods:
+    """The session methods of one agent; every connection's watcher calls them."""
+
+    def __init__(self, host: MethodsHost) -> None:
+        self.host = host
+
+    async def new_session(
+        self, watcher: Watcher, params: schema.NewSessionRequest
+    ) -> schema.NewSessionResponse:
+        cwd = existing_directory(absolute(params.cwd, "cwd"), "cwd")
+        dirs = [
+            existing_directory(d, "additionalDirectories")
+            for d in directories(params.additional_directories)
+        ]
+        servers = self.client_servers(params.mcp_servers)
+        verify = verdicts.verify_setting(params.meta, authenticated=self.host.clients_authenticated)
+        self.check_session_limit(watcher)
+        config: dict[str, Any] = {"model": self.host.config.chain[0]}
+        if verify:
+            config.update(verify=verify, judgedSeq=0)
+        record = await self.host.store.create_session(
+            session_id=new_id("sess"),
+            cwd=cwd,
+            now=now(),
+            additional_directories=dirs,
+            config=config,
+        )
+        session = self.host.activate(record)
+        session.watchers.add(watcher)
+        self.start_tools(session, servers, dirs, watcher)
+        await verdicts.judge_if_verified(self.host, session)
+        self.host.spawn(
+            session.emit(commands.available_commands_update()), name="announce-commands"
+        )
+        response = schema.NewSessionResponse(
+            session_id=record.id,
+            config_options=self.host.config_options(session),
+            available_commands=commands.available_commands(),
+        )
+        if (keys := verdicts.handout(session)) is not None:
+            response.meta = keys
+        return response
+
+    async def list_sessions(
+        self, watcher: Watcher, params: schema.ListSessionsRequest
+    ) -> schema.ListSessionsResponse:
+        cwd = None if params.cwd in (schema.UNSET, None) else absolute(params.cwd, "cwd")
+        cursor = None if params.cursor in (schema.UNSET, None) else params.cursor
+        try:
+            records, next_cursor = await self.host.store.list_sessions(cwd=cwd, cursor=cursor)
+        except StoreUnavailable:
+            raise
+        except StoreError as exc:
+            raise InvalidParams(str(exc), data={"cursor": cursor}) from None
+        response = schema.ListSessionsResponse(sessions=[session_info(r) for r in records])
+        if next_cursor is not None:
+            response.next_cursor = next_cursor
+        return response
+
+    async def resume_session(
+        self, watcher: Watcher, params: schema.ResumeSessionRequest
+    ) -> schema.ResumeSessionResponse:
+        record = await self.host.store.get_session(params.session_id)
+        if record is None:
+            raise SessionNotFound(params.session_id)
+        if params.cwd != record.cwd:
+            raise InvalidParams(
+                f"cwd {params.cwd} is not this session's cwd ({record.cwd})",
+                data={"cwd": params.cwd, "sessionCwd": record.cwd},
+            )
+        replay = replay_cursor(params.replay_from)
+        servers = self.client_servers(params.mcp_servers)
+        dirs = directories(params.additional_directories)
+        verify = verdicts.verify_setting(params.meta, authenticated=self.host.clients_authenticated)
+        session = self.host.live.get(record.id)
+        if (session is None or watcher not in session.watchers) and not watcher.follower:
+            self.check_session_limit(watcher)
+        if session is None:
+            session = await self.load(record)
+        if watcher.follower:  # the judge reads; it leaves tools and settings alone
+            await session.attach(watcher, replay)
+            return schema.ResumeSessionResponse()
+        judging = verdicts.judging(params.meta)
+        if judging:
+            verdicts.may_judge(self.host, session, watcher, verify)
+        if dirs != session.record.additional_directories:
+            await self.host.store.update_session(record.id, additional_directories=dirs)
+        if not session.busy:  # the complete new set of servers and roots (§5.3)
+            self.start_tools(session, servers, dirs, watcher)
+        await session.attach(watcher, replay)
+        if session.held:  # the queue as it is now (a replay has none of its history)
+            update = session.held.snapshot(watcher)
+            watcher.deliver(session.id, None, update, orjson.dumps(update))
+        await verdicts.judge_if_verified(self.host, session, verify)
+        if judging:
+            session.judge = watcher
+            await verdicts.ensure_key(self.host, session, verdicts.EXTERNAL)
+        response = schema.ResumeSessionResponse(
+            config_options=self.host.config_options(session),
+            available_commands=commands.available_commands(),
+        )
+        if (keys := verdicts.handout(session)) is not None:
+            response.meta = keys
+        return response
+
+    async def close_session(self, watcher: Watcher, params: schema.CloseSessionRequest) -> None:
+        """Detach the caller; the last watcher to leave also ends the turn and
+        unloads the session (its tool servers stop)."""
+        session = self.host.live.get(params.session_id)
+        if session is None:
+            return  # unknown or already closed: success (§5.4)
+        if session.judge is watcher:
+            session.judge = None
+        if clients(session.watchers - {watcher}):
+            session.held.withdraw("its client closed the session", watcher)
+            session.watchers.discard(watcher)
+            return  # others still watch: their turn goes on
+        session.held.withdraw("the session was closed (session/close)")
+        await session.end_turn("session/close")  # the caller sees the turn end first
+        session.watchers.discard(watcher)
+        self.host.unload_if_unwatched(session)
+
+    async def delete_session(self, watcher: Watcher, params: schema.DeleteSessionRequest) -> None:
+        session = self.host.live.pop(params.session_id, None)
+        if session is not None:
+            session.held.withdraw("the session was deleted")
+            await session.end_turn("session/close")
+            session.watchers.clear()
+            await session.close_tools()
+            self.host.maybe_quiet()
+        await self.host.store.delete_session(params.session_id)
+
+    async def set_config_option(
+        self, watcher: Watcher, params: schema.SetSessionConfigOptionRequest
+    ) -> schema.SetSessionConfigOptionResponse:
+        session = self.host.live_session(params.session_id)
+        if params.config_id != "model":
+            raise InvalidParams(
+                f"Unknown config option {params.config_id!r}", data={"configId": params.config_id}
+            )
+        value = getattr(params, "value", None)
+        if params.type != "id" or value not in self.host.config.models:
+            raise InvalidParams(
+                f"model must be one of {sorted(self.host.config.models)}, got {value!r}",
+                data={"configId": "model", "value": value},
+            )
+        await self.host.switch_model(session, value)
+        return schema.SetSessionConfigOptionResponse(
+            config_options=self.host.config_options(session)
+        )
+
+    async def load(self, record: SessionRecord) -> LiveSession:
+        """Make a stored session live, closing first a turn its dead owner left.  A
+        turn another live server runs: on a shared store its clients here watch it
+        (and cannot prompt until it ends); on a file no update would reach them."""
+        elsewhere = record.owner is not None and record.owner != self.host.owner
+        if elsewhere and not is_orphaned(record) and not self.host.store.shared:
+            raise InvalidParams(
+                f"Session {record.id} is running a turn in another Crow process "
+                f"(pid {record.owner_pid}): wait for it to finish",
+                data={"sessionId": record.id, "reason": "busy"},
+            )
+        if is_orphaned(record):
+            await self.host.store.submit(close_interrupted_turns, self.host.store.sync)
+            record = await self.host.store.get_session(record.id) or record
+        live = self.host.live.get(record.id)
+        if live is not None or self.host.cluster.questions is None:
+            return live or self.host.activate(record)
+        # A shared store: other servers append too.  Live updates start after what
+        # the log holds now; the questions already open there are asked here too.
+        delivered = await self.host.store.last_seq(record.id)
+        live = self.host.live.get(record.id)  # made live meanwhile
+        if live is not None:
+            return live
+        session = self.host.activate(record)
+        session.delivered = delivered
+        await self.host.cluster.questions.pick_up(session.id)
+        return session
+
+    def client_servers(self, servers: Any) -> list[Any]:
+        return client_servers(servers, self.host.config, allowed=self.host.clients_authenticated)
+
+    def start_tools(
+        self, session: LiveSession, servers: list[Any], dirs: list[str], watcher: Watcher
+    ) -> None:
+        """Start the session's tool servers unless the same set already runs: a
+        resume that names the same servers and roots keeps them (and their
+        background jobs).  A replaced set is closed in the background, so a
+        cancelled resume never leaves the session without tools."""
+        setup = (tuple(servers), tuple(dirs))
+        if session.tools is not None and session.tool_setup == setup:
+            return
+        old = session.detach_tools()
+        start_tools(session, self.host.config, servers, dirs, getattr(watcher, "mcp_links", None))
+        self.host.learn_model(session.model)  # while the tool servers start
+        session.tool_setup = setup
+        if old is not None:
+            self.host.spawn(old, name=f"retool-{session.id}")
+
+    def check_session_limit(self, watcher: Watcher) -> None:
+        open_here = sum(1 for s in self.host.live.values() if watcher in s.watchers)
+        if open_here >= MAX_SESSIONS_PER_CONNECTION:
+            raise InvalidRequest(
+                f"Too many open sessions on this connection (limit "
+                f"{MAX_SESSIONS_PER_CONNECTION}): close one with session/close first"
+            )
+
+
+def clients(watchers: set[Watcher]) -> bool:
+    """Whether any of ``watchers`` is a client (not a follower)."""
+    return any(not w.follower for w in watchers)

@@ -1,0 +1,126 @@
+"""The memory table's rows for the store (crow.memory.store): ids, tags, the filter of
+a search (SQL for LanceDB, quoted here), a row to write, and a full-text search."""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .records import Memory
+from .scopes import valid_scope
+
+__all__ = [
+    "COLUMNS",
+    "MEMORY_ID",
+    "clean_tags",
+    "fit",
+    "full_text",
+    "has_vector_column",
+    "new_memory_id",
+    "new_row",
+    "normal_text",
+    "quote",
+    "upsert",
+    "where_clause",
+]
+
+log = logging.getLogger("crow.memory")
+
+MEMORY_ID = re.compile(r"mem_[0-9a-f]{16}")
+COLUMNS = ["id", "text", "scope", "tags", "session", "message", "created", "updated", "recalled"]
+
+
+def new_memory_id() -> str:
+    return f"mem_{secrets.token_hex(8)}"
+
+
+def clean_tags(tags: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for tag in tags:
+        tag = str(tag).strip().lower()
+        if tag and tag not in out:
+            out.append(tag)
+    return out
+
+
+def normal_text(text: str) -> str:
+    return " ".join(text.casefold().split()).rstrip(".!")
+
+
+def quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def where_clause(scopes: Iterable[str] | None, tags: Iterable[str]) -> str:
+    clauses = []
+    if scopes is not None:
+        chosen = [valid_scope(s) for s in scopes]
+        clauses.append(f"scope IN ({', '.join(map(quote, chosen))})" if chosen else "false")
+    chosen_tags = clean_tags(tags)
+    if chosen_tags:
+        clauses.append(f"array_has_any(tags, [{', '.join(map(quote, chosen_tags))}])")
+    return " AND ".join(clauses)
+
+
+def new_row(
+    memory_id: str,
+    text: str,
+    scope: str,
+    tags: Iterable[str],
+    old: Memory | None,
+    vector: np.ndarray | None,
+    stamp: float,
+) -> dict[str, Any]:
+    return {
+        "id": memory_id,
+        "text": text,
+        "scope": scope,
+        "tags": clean_tags(tags),
+        "session": old.session if old else "",
+        "message": old.message if old else "",
+        "created": stamp,
+        "updated": stamp,
+        "recalled": old.recalled if old else None,
+        "vector": vector,
+    }
+
+
+def has_vector_column(table: Any) -> bool:
+    return "vector" in table.schema.names
+
+
+def fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The row as the table's columns expect it (no vector column, no vector key)."""
+    if not has_vector_column(table):
+        row.pop("vector", None)
+    elif row.get("vector") is not None:
+        row["vector"] = np.asarray(row["vector"], dtype=np.float32)
+    return row
+
+
+def upsert(table: Any, row: dict[str, Any]) -> None:
+    """Replace a memory in one commit (a reader never sees it missing)."""
+    import pyarrow as pa  # with LanceDB: only once memories are written (store.db)
+
+    data = pa.Table.from_pylist([fit(table, row)], schema=table.schema)
+    table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+
+
+def full_text(table: Any, query: str, where: str, limit: int) -> list[dict[str, Any]]:
+    """Full-text matches; punctuation in a query is no syntax to LanceDB."""
+    words = " ".join(re.findall(r"\w+", query))
+    if not words:
+        return []
+    search = table.search(words, query_type="fts").select([*COLUMNS, "_score"])
+    if where:
+        search = search.where(where, prefilter=True)
+    try:
+        return list(search.limit(limit).to_list())
+    except Exception as exc:  # an index LanceDB cannot read is no reason to fail a turn
+        log.warning("memory: full-text search failed: %s", exc)
+        return []
