@@ -115,9 +115,9 @@ async def replay(home: str, base_url: str, updates: int) -> float:
     await client.run_prompt(sid, "seed")
     await stop(proc, client)
 
-    from crow.store.db import Store
+    from crow.store.db import SqliteStore
 
-    store = Store(Path(home) / "crow.db")
+    store = SqliteStore(Path(home) / "crow.db")
     bodies = [body for _, body in store.updates(sid)]
     turn = [b for b in bodies if b"state_update" not in b]
     have = len(bodies)

@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from crow.store.db import Store  # noqa: E402
+from crow.store.db import SqliteStore  # noqa: E402
 
 
 def fill(home: Path, count: int) -> None:
     home.mkdir(mode=0o700)
-    store = Store(home / "crow.db")
+    store = SqliteStore(home / "crow.db")
     try:
         for n in range(count):
             sid = f"sess_{n:016x}"

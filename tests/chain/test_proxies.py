@@ -289,9 +289,9 @@ def test_a_killed_recorder_leaves_a_turn_crow_closes(configured):
 
 def _session_state(sid: str) -> str | None:
     from crow.config import Paths
-    from crow.store.db import Store
+    from crow.store.db import SqliteStore
 
-    store = Store(Paths.from_env().store)
+    store = SqliteStore(Paths.from_env().store)
     try:
         record = store.get_session(sid)
         return record.state if record else None
@@ -421,13 +421,13 @@ def _until_a_verdict(*components: str) -> str:
 
 def test_a_recorder_before_the_judge_keeps_its_verdicts(configured, tmp_path):
     """record sees what its successor sends: with the judge after it, the verdicts too."""
-    from crow.store.db import Store
+    from crow.store.db import SqliteStore
 
     configured.script(Text(text="I wrote hello.txt"), PASS)
     kept = tmp_path / "recorded.db"
     record = shlex.join([*CROW, "proxy", "record", "--store", str(kept)])
     sid = _until_a_verdict(record, JUDGE, SERVE)
-    store = Store(kept)
+    store = SqliteStore(kept)
     try:
         logged = [orjson.loads(body) for _, body in store.updates(sid)]
     finally:
@@ -439,7 +439,7 @@ def test_a_recorder_before_the_judge_keeps_its_verdicts(configured, tmp_path):
 
 def test_a_recorder_in_front_of_crow_on_the_same_store_logs_nothing_twice(configured):
     from crow.config import Paths
-    from crow.store.db import Store
+    from crow.store.db import SqliteStore
 
     configured.script(Text(text="once"))
     client = RawAgent(shlex.split(chain(RECORD, SERVE)))
@@ -454,7 +454,7 @@ def test_a_recorder_in_front_of_crow_on_the_same_store_logs_nothing_twice(config
         raise AssertionError(client.stderr_text()) from None
     finally:
         client.close()
-    store = Store(Paths.from_env().store)
+    store = SqliteStore(Paths.from_env().store)
     try:
         kinds = [orjson.loads(body)["sessionUpdate"] for _, body in store.updates(sid)]
     finally:
@@ -523,9 +523,9 @@ def test_the_judge_proxy_strips_what_only_it_may_say(configured):
 
 
 def _recorded(kept: Path, sid: str) -> list[dict[str, Any]]:
-    from crow.store.db import Store
+    from crow.store.db import SqliteStore
 
-    store = Store(kept)
+    store = SqliteStore(kept)
     try:
         return [orjson.loads(body) for _, body in store.updates(sid)]
     finally:

@@ -13,7 +13,7 @@ import pytest
 from fakemodel import Error, Hang, Text
 from serve_support import write_config
 
-from crow.store.db import Store
+from crow.store.db import SqliteStore
 
 CROW = [sys.executable, "-m", "crow"]
 THROUGH_AN_AGENT = ["--command", f"{sys.executable} -m crow serve"]
@@ -34,7 +34,7 @@ def crow(*args: str) -> subprocess.CompletedProcess[str]:
 def stored(crow_home, scripted_model):
     """A store with 40 sessions (newest last made), every tenth a judge session."""
     write_config(crow_home, scripted_model.base_url)
-    store = Store(crow_home / "crow.db")
+    store = SqliteStore(crow_home / "crow.db")
     for n in range(40):
         config = {"judgeOf": f"sess_{n - 1:04d}aaaa"} if n % 10 == 9 else {}
         store.create_session(

@@ -18,7 +18,7 @@ from crow.cli.logs import setup_logging as _setup_logging
 from crow.config import Paths, load_config, save_permission
 from crow.config.template import Found, write_default_config
 from crow.private import private_dir, private_file, tighten_file, write_private
-from crow.store.db import Store
+from crow.store.db import SqliteStore
 
 
 def mode(path: Path) -> int:
@@ -143,7 +143,7 @@ def test_sqlite_gives_wal_and_shm_the_mode_of_the_database(tmp_path):
 
 
 def test_the_store_and_its_wal_and_shm_are_0600(paths):
-    store = Store(paths.store)
+    store = SqliteStore(paths.store)
     try:
         store.create_session(session_id="s", cwd="/tmp", now="2026-01-01T00:00:00Z")
         store.append_update("s", b'{"sessionUpdate":"x"}')
@@ -156,12 +156,12 @@ def test_the_store_and_its_wal_and_shm_are_0600(paths):
 
 
 def test_an_older_open_store_is_tightened(paths):
-    Store(paths.store).close()
+    SqliteStore(paths.store).close()
     os.chmod(paths.store, 0o644)
     stale_wal = paths.store.with_name("crow.db-wal")
     stale_wal.write_bytes(b"")  # an empty WAL left behind, as an older Crow's umask made it
     os.chmod(stale_wal, 0o644)
-    store = Store(paths.store)
+    store = SqliteStore(paths.store)
     try:
         store.create_session(session_id="s", cwd="/tmp", now="2026-01-01T00:00:00Z")
         for suffix in ("", "-wal", "-shm"):

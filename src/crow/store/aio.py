@@ -36,22 +36,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from .db import (
+from .backend import Store
+from .base import SessionStore
+from .listen import Heard
+from .records import (
     HeldRow,
     PendingMessage,
     PendingUpdate,
     SessionRecord,
-    Store,
-    StoreError,
+    StateChange,
     StoreUnavailable,
     TranscriptEntry,
     database_errors,
+    pending,
 )
 
 __all__ = ["AsyncStore", "retrieved", "settled"]
@@ -87,14 +89,19 @@ class AsyncStore:
         self._appends_lock = threading.Lock()  # the loop adds, the store thread takes
         self._queued = 0  # appends handed to the thread and not yet resolved
         self._pending = 0  # calls submitted to the thread and not yet done
-        self._fast: Store | None = _fast_connection(store)
+        self._fast: Store | None = store.loop_twin()
         self._fast_appends = 0
         self._closed = False
 
     @property
     def shared(self) -> bool:
         """Other servers write to this store as they run (PostgreSQL)."""
-        return self.sync.dialect != "sqlite"
+        return self.sync.shared
+
+    async def follow_updates(self, heard: Heard) -> None:
+        """On a shared store, what the other servers log, cancel, ask and hold, until
+        cancelled (crow.store.listen); StoreError on a store no other server shares."""
+        await self.sync.follow_updates(heard)
 
     def submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> asyncio.Future[T]:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
@@ -139,11 +146,9 @@ class AsyncStore:
             return ON_THREAD
         try:
             result = getattr(self._fast, method)(*args, **kwargs)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
+        except database_errors() as exc:
+            if self._fast.is_busy(exc):
                 return ON_THREAD
-            raise StoreUnavailable(f"the session store failed: {exc}") from exc
-        except sqlite3.Error as exc:
             raise StoreUnavailable(f"the session store failed: {exc}") from exc
         if write:
             self._count_fast_writes()
@@ -224,22 +229,14 @@ class AsyncStore:
 
     # ---- the update log and the transcript --------------------------------------
     def append_update(
-        self,
-        session_id: str,
-        body: bytes,
-        *,
-        state: str | None = None,
-        stop_reason: str | None = None,
-        now: str | None = None,
+        self, session_id: str, body: bytes, **change: Unpack[StateChange]
     ) -> asyncio.Future[int]:
         """Log one update; a future of its seq (not a coroutine: the caller may
         need ``settled`` on it).  Appends keep the order they were made in."""
-        done = self._done_here(
-            "append_update", session_id, body, state=state, stop_reason=stop_reason, now=now
-        )
+        done = self._done_here("append_update", session_id, body, **change)
         if done is not None:
             return done
-        return self._queue_on_thread([(session_id, body, state, stop_reason, now)])[0]
+        return self._queue_on_thread([pending(session_id, body, change)])[0]
 
     def append_updates(
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
@@ -343,7 +340,7 @@ class AsyncStore:
         return await self.submit(self.sync.renew_held, owner, expires)
 
     async def announce_cancel(self, session_id: str) -> None:
-        await self.submit(self.sync.announce_cancel, session_id)  # type: ignore[attr-defined]
+        await self.submit(self.sync.announce_cancel, session_id)
 
     async def last_seq(self, session_id: str) -> int:
         seq: int = await self._read("last_seq", session_id)
@@ -362,20 +359,6 @@ class AsyncStore:
     async def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
         entries: list[TranscriptEntry] = await self._read("transcript_after", session_id, after)
         return entries
-
-
-def _fast_connection(store: Store) -> Store | None:
-    """A second connection to the store for appends on the loop (see the module doc):
-    SQLite's alone (a PostgreSQL append is a network round trip: the thread's)."""
-    if store.dialect != "sqlite":
-        return None
-    try:
-        fast = Store(store.path)
-        fast.db.execute("PRAGMA busy_timeout = 0")
-        fast.db.execute("PRAGMA wal_autocheckpoint = 0")
-    except (StoreError, sqlite3.Error):
-        return None  # every append goes through the thread
-    return fast
 
 
 def _failed(loop: asyncio.AbstractEventLoop, error: BaseException) -> asyncio.Future[Any]:
@@ -422,3 +405,9 @@ async def settled(future: asyncio.Future[T]) -> tuple[T, bool]:
         except asyncio.CancelledError:
             cancelled = True
     return future.result(), cancelled
+
+
+if TYPE_CHECKING:
+
+    def _is_a_session_store(store: AsyncStore) -> SessionStore:
+        return store  # mypy checks that AsyncStore gives all the agent asks of a store

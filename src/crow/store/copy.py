@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .db import PendingUpdate, Store, _loads
+from .db import PendingUpdate, Store
+from .records import loads
 
 __all__ = ["copy_sessions", "schema_version"]
 
@@ -32,10 +33,7 @@ def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
             ]
             if updates:
                 target.append_updates(updates)
-            rows = source.db.execute(
-                "SELECT kind, body FROM transcript WHERE session_id = ? ORDER BY seq", (record.id,)
-            ).fetchall()
-            for kind, body in rows:
+            for kind, body in source.transcript_rows(record.id):
                 target.append_message(record.id, _message(body), kind=kind)
             target.update_session(
                 record.id,
@@ -50,11 +48,9 @@ def copy_sessions(source: Store, target: Store) -> tuple[int, int]:
 
 
 def _message(body: str) -> dict[str, Any]:
-    return dict(_loads(body))
+    return dict(loads(body))
 
 
 def schema_version(store: Store) -> int:
     """The version of the schema ``store`` has."""
-    if store.dialect == "postgresql":
-        return int(store.db.execute("SELECT version FROM crow_schema").fetchone()[0])
-    return int(store.db.execute("PRAGMA user_version").fetchone()[0])
+    return store.schema_version()

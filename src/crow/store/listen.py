@@ -3,7 +3,7 @@
 Several ``crow serve`` processes share a PostgreSQL store; a client attached to a
 session on one server must see, live, the turn another server runs.  Every append
 announces ``"<session id> <seq>"`` on the ``crow_updates`` channel in its own
-transaction (``PostgresStore._announce_update``), so the announcement arrives
+transaction (``Store._announce``, the channels named in sql.py), so the announcement arrives
 once the row is visible.  ``follow_updates`` listens on a connection of its own and hands each
 announcement to a callback; the agent then reads the log from what it last
 delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
@@ -21,14 +21,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
-from .db import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL, redact_url
+from .sql import CANCELS_CHANNEL, HELD_CHANNEL, QUESTIONS_CHANNEL, UPDATES_CHANNEL
+from .urls import redact_url
 
-__all__ = ["follow_updates"]
+__all__ = ["Heard", "follow_updates"]
+
 
 log = logging.getLogger("crow.store")
 
 RECONNECT_S = 1.0
+
+
+class Heard(NamedTuple):
+    """What a store's ``follow_updates`` calls: ``follow_updates``'s callbacks, in order."""
+
+    update: Callable[[str, int], None]
+    reconnect: Callable[[], None]
+    cancel: Callable[[str], None]
+    question: Callable[[str], None]
+    held: Callable[[str], None]
 
 
 async def follow_updates(
@@ -44,7 +57,7 @@ async def follow_updates(
     ``on_cancel(session_id)`` when a client of any server cancels that session's turn;
     ``on_question(question_id)`` when a permission question is filed, answered or closed;
     ``on_held(session_id)`` when the session's held prompts changed."""
-    import psycopg
+    import psycopg  # optional (the postgres extra): only a shared store listens
 
     first = True
     while True:

@@ -2,7 +2,7 @@
 
 ``MIGRATIONS[n]`` moves a database from version n to n+1: SQLite keeps the
 version in ``PRAGMA user_version``, PostgreSQL in the one-row table
-``crow_schema``.  The scripts are written in SQLite's SQL; ``script`` gives the
+``crow_schema``.  The scripts are written in SQLite's SQL; ``postgres_script`` gives the
 PostgreSQL form of the two things that differ (``REAL`` is 4 bytes there, so a
 float column is ``DOUBLE PRECISION``; ``WITHOUT ROWID`` is SQLite's alone).
 Never edit a migration that has shipped: add the next one.  ``tests/unit/store``
@@ -15,7 +15,7 @@ import re
 import sqlite3
 from typing import Any
 
-__all__ = ["MIGRATIONS", "migrate", "migrate_postgres", "script"]
+__all__ = ["MIGRATIONS", "migrate", "migrate_postgres", "postgres_script"]
 
 #: Serialises migrators: several servers starting at once on one PostgreSQL.
 _MIGRATION_LOCK = 0x63726F77  # "crow"
@@ -92,13 +92,10 @@ MIGRATIONS: list[str] = [
 ]
 
 
-def script(number: int, dialect: str) -> str:
-    """Migration ``number`` in ``dialect`` ("sqlite" or "postgresql")."""
-    text = MIGRATIONS[number]
-    if dialect == "postgresql":
-        text = re.sub(r"\)\s*WITHOUT ROWID", ")", text)
-        text = re.sub(r"\bREAL\b", "DOUBLE PRECISION", text)
-    return text
+def postgres_script(number: int) -> str:
+    """Migration ``number`` in PostgreSQL's SQL (see the module doc)."""
+    text = re.sub(r"\)\s*WITHOUT ROWID", ")", MIGRATIONS[number])
+    return re.sub(r"\bREAL\b", "DOUBLE PRECISION", text)
 
 
 def _check_not_newer(version: int) -> None:
@@ -123,7 +120,7 @@ def _migrate_from(db: sqlite3.Connection, version: int) -> int:
     while version < len(MIGRATIONS):
         try:
             db.executescript(
-                f"BEGIN IMMEDIATE; {script(version, 'sqlite')}; "
+                f"BEGIN IMMEDIATE; {MIGRATIONS[version]}; "
                 f"PRAGMA user_version = {version + 1}; COMMIT;"
             )
         except sqlite3.OperationalError:
@@ -157,6 +154,6 @@ def migrate_postgres(conn: Any) -> int:
         version = 0 if row is None else int(row[0])
         _check_not_newer(version)
         for number in range(version, len(MIGRATIONS)):
-            conn.execute(script(number, "postgresql"))
+            conn.execute(postgres_script(number))
         conn.execute("UPDATE crow_schema SET version = %s", (len(MIGRATIONS),))
     return len(MIGRATIONS)

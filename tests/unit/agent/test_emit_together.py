@@ -15,7 +15,7 @@ import orjson
 from crow.agent.session import LiveSession
 from crow.ids import now
 from crow.store.aio import AsyncStore
-from crow.store.db import Store
+from crow.store.db import SqliteStore
 
 USER = {"sessionUpdate": "user_message", "messageId": "msg_1", "content": []}
 RUNNING = {"sessionUpdate": "state_update", "state": "running"}
@@ -44,7 +44,7 @@ class Recorder:
 
 
 async def test_a_resume_sees_the_prompt_and_running_or_neither(tmp_path):
-    store = AsyncStore(Store(tmp_path / "store.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "store.db"))
     record = await store.create_session(session_id="sess_1", cwd="/tmp", now=now())
     session = LiveSession(record=record, store=store, model="main")
     watcher = Recorder()
@@ -62,14 +62,14 @@ async def test_updates_emitted_together_are_logged_in_one_transaction(tmp_path, 
     """A burst (the deltas of one network read) costs one commit, not one per update,
     and goes out whole, in order."""
     batches: list[int] = []
-    append_updates = Store.append_updates
+    append_updates = SqliteStore.append_updates
 
-    def counted(self: Store, batch: list[Any], transcript: Any = None) -> list[int]:
+    def counted(self: SqliteStore, batch: list[Any], transcript: Any = None) -> list[int]:
         batches.append(len(batch))
         return append_updates(self, batch, transcript)
 
-    monkeypatch.setattr(Store, "append_updates", counted)
-    store = AsyncStore(Store(tmp_path / "store.db"))
+    monkeypatch.setattr(SqliteStore, "append_updates", counted)
+    store = AsyncStore(SqliteStore(tmp_path / "store.db"))
     record = await store.create_session(session_id="sess_1", cwd="/tmp", now=now())
     session = LiveSession(record=record, store=store, model="main")
     watcher = Recorder()

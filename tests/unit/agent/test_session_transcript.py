@@ -6,7 +6,7 @@ from __future__ import annotations
 from crow.agent.session import LiveSession
 from crow.ids import now
 from crow.store.aio import AsyncStore
-from crow.store.db import Store
+from crow.store.db import SqliteStore
 
 
 def said(entries) -> list[str]:
@@ -14,14 +14,14 @@ def said(entries) -> list[str]:
 
 
 async def test_the_transcript_follows_the_store_through_other_writers_and_summaries(tmp_path):
-    store = AsyncStore(Store(tmp_path / "store.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "store.db"))
     record = await store.create_session(session_id="s", cwd="/tmp", now=now())
     session = LiveSession(record=record, store=store, model="main")
     assert await session.transcript() == []
     await store.append_message("s", {"role": "user", "content": "one"})
     assert said(await session.transcript()) == ["one"]
 
-    other = Store(tmp_path / "store.db")  # another crow serve on the same home
+    other = SqliteStore(tmp_path / "store.db")  # another crow serve on the same home
     other.append_message("s", {"role": "assistant", "content": "two"})
     await store.append_message("s", {"role": "user", "content": "three"})
     assert said(await session.transcript()) == ["one", "two", "three"]
@@ -40,7 +40,7 @@ async def test_the_transcript_follows_the_store_through_other_writers_and_summar
 
 
 async def test_a_session_loaded_after_a_summary_starts_from_it(tmp_path):
-    store = AsyncStore(Store(tmp_path / "store.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "store.db"))
     record = await store.create_session(session_id="s", cwd="/tmp", now=now())
     for content, kind in (("old", "message"), ("summary", "summary"), ("new", "message")):
         await store.append_message("s", {"role": "user", "content": content}, kind=kind)

@@ -12,7 +12,7 @@ from crow.agent.session import LiveSession
 from crow.agent.watchers import V2Watcher, update_frame
 from crow.ids import now
 from crow.store.aio import AsyncStore
-from crow.store.db import Store
+from crow.store.db import SqliteStore
 
 
 class Side:
@@ -29,7 +29,7 @@ def v2_watcher() -> tuple[V2Watcher, list[bytes]]:
 
 
 async def test_the_watchers_of_a_session_share_each_updates_frame(tmp_path):
-    store = AsyncStore(Store(tmp_path / "store.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "store.db"))
     record = await store.create_session(session_id="sess_1", cwd="/tmp", now=now())
     session = LiveSession(record=record, store=store, model="main")
     (first, to_first), (second, to_second) = v2_watcher(), v2_watcher()

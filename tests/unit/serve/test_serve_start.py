@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from crow.serve import stdio as serve
-from crow.store.db import Store, StoreUnavailable
+from crow.store.db import SqliteStore, Store, StoreUnavailable
 
 
 def serving_stdio(config: Any) -> Any:
@@ -27,7 +27,7 @@ async def test_a_failed_start_closes_the_store(tmp_path, monkeypatch, serving):
     opened: list[Store] = []
 
     def open_store(location: Any) -> Store:
-        opened.append(Store(location))
+        opened.append(SqliteStore(location))
         return opened[-1]
 
     def failing_agent(config: Any, store: Store, **options: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from crow.store import db as store_db
+from crow.store import postgres as store_db
 from crow.store.aio import AsyncStore
 from crow.store.db import PostgresStore, StoreUnavailable, database_errors
 

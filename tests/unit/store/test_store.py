@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from crow.store.db import PostgresStore, Store, StoreError, open_store
+from crow.store.db import PostgresStore, SqliteStore, StoreError, open_store
 from crow.store.migrations import MIGRATIONS
 
 
@@ -23,14 +23,14 @@ def store(request, tmp_path):
 
 
 def test_a_new_store_is_migrated_to_the_latest_version(tmp_path):
-    Store(tmp_path / "a.db").close()
+    SqliteStore(tmp_path / "a.db").close()
     db = sqlite3.connect(tmp_path / "a.db")
     assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert {"sessions", "updates", "transcript"} <= tables
     db.close()
-    Store(tmp_path / "a.db").close()  # reopening migrates nothing and fails nothing
+    SqliteStore(tmp_path / "a.db").close()  # reopening migrates nothing and fails nothing
 
 
 def test_a_store_from_a_newer_crow_is_refused(tmp_path):
@@ -38,13 +38,13 @@ def test_a_store_from_a_newer_crow_is_refused(tmp_path):
     db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     db.close()
     with pytest.raises(RuntimeError, match="newer than this Crow"):
-        Store(tmp_path / "new.db")
+        SqliteStore(tmp_path / "new.db")
 
 
 def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
     (tmp_path / "junk.db").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="cannot open the session store"):
-        Store(tmp_path / "junk.db")
+        SqliteStore(tmp_path / "junk.db")
 
 
 def test_updates_are_logged_in_order_with_the_state(store):
@@ -199,7 +199,7 @@ def test_a_migrated_v1_store_keeps_its_sessions(tmp_path):
         " VALUES ('old', '/p', 't', 't', 'running', 42)"
     )
     db.close()
-    store = Store(tmp_path / "old.db")
+    store = SqliteStore(tmp_path / "old.db")
     record = store.get_session("old")
     assert (record.state, record.owner_pid, record.owner) == ("running", 42, None)
     store.close()
@@ -212,7 +212,7 @@ async def test_the_async_store_runs_calls_in_order_off_the_loop(tmp_path):
     from crow.store.aio import AsyncStore, settled
     from crow.store.db import StoreUnavailable
 
-    store = AsyncStore(Store(tmp_path / "a.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
     await store.create_session(session_id="s", cwd="/p", now="t")
     seqs = [store.append_update("s", f'{{"n":{i}}}'.encode()) for i in range(20)]
     assert [await f for f in seqs] == list(range(1, 21))
@@ -233,7 +233,7 @@ async def test_messages_and_leases_are_written_on_the_loop_or_wait_on_the_thread
 
     from crow.store.aio import AsyncStore
 
-    store = AsyncStore(Store(tmp_path / "a.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
     await store.create_session(session_id="s", cwd="/p", now="t")
     lease = store.acquire_turn("s", owner="me", pid=1, expires=100.0)
     assert lease.done() and lease.result() is True  # no hop to the thread
@@ -259,7 +259,7 @@ async def test_updates_with_transcript_entries_wait_for_a_lock_on_the_thread(tmp
 
     from crow.store.aio import AsyncStore
 
-    store = AsyncStore(Store(tmp_path / "a.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
     await store.create_session(session_id="s", cwd="/p", now="t")
     other = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
@@ -287,7 +287,7 @@ async def test_an_append_queued_on_the_thread_never_overtakes_a_later_call(tmp_p
 
     from crow.store.aio import AsyncStore
 
-    store = AsyncStore(Store(tmp_path / "a.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
     await store.create_session(session_id="s", cwd="/p", now="t")
     busy = threading.Event()
     blocked = store.submit(busy.wait, 5)  # the thread is slow (a lock, a slow disk)
@@ -311,7 +311,7 @@ async def test_closing_waits_for_the_call_in_flight_and_refuses_later_ones(tmp_p
     from crow.store.aio import AsyncStore
     from crow.store.db import StoreUnavailable
 
-    store = AsyncStore(Store(tmp_path / "a.db"))
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
     await store.create_session(session_id="s", cwd="/p", now="t")
     started = threading.Event()
 
@@ -436,7 +436,7 @@ def test_a_store_migrated_meanwhile_by_another_process_opens(tmp_path):
     the other's migration finds the work done instead of failing."""
     from crow.store.migrations import _migrate_from
 
-    Store(tmp_path / "both.db").close()  # the first process's migration
+    SqliteStore(tmp_path / "both.db").close()  # the first process's migration
     db = sqlite3.connect(tmp_path / "both.db", isolation_level=None)
     assert _migrate_from(db, 0) == len(MIGRATIONS)  # the second, with its stale read
     db.close()

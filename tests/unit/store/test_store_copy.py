@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from crow.store.copy import copy_sessions
-from crow.store.db import PostgresStore, Store
+from crow.store.db import PostgresStore, SqliteStore, Store
 from crow.store.migrations import MIGRATIONS
 
 
@@ -24,9 +24,7 @@ def _fill(store: Store) -> None:
 def _everything(store: Store, sid: str) -> tuple:
     record = store.get_session(sid)
     assert record is not None
-    rows = store.db.execute(
-        "SELECT kind, body FROM transcript WHERE session_id = ? ORDER BY seq", (sid,)
-    ).fetchall()
+    rows = store.transcript_rows(sid)
     fields = (record.cwd, record.title, record.created_at, record.updated_at, record.state)
     return (
         fields,
@@ -38,12 +36,12 @@ def _everything(store: Store, sid: str) -> tuple:
 
 
 def test_sessions_go_to_postgres_and_back_unchanged(tmp_path, postgres_url):
-    source = Store(tmp_path / "a.db")
+    source = SqliteStore(tmp_path / "a.db")
     _fill(source)
     target = PostgresStore(postgres_url)
     assert copy_sessions(source, target) == (2, 0)
     assert copy_sessions(source, target) == (0, 2)  # again: nothing new
-    back = Store(tmp_path / "b.db")
+    back = SqliteStore(tmp_path / "b.db")
     assert copy_sessions(target, back) == (2, 0)
     for sid in ("a", "b"):
         assert _everything(source, sid) == _everything(target, sid) == _everything(back, sid)
@@ -53,7 +51,7 @@ def test_sessions_go_to_postgres_and_back_unchanged(tmp_path, postgres_url):
 
 
 def test_the_command_copies_and_migrates(tmp_path, postgres_url):
-    source = Store(tmp_path / "a.db")
+    source = SqliteStore(tmp_path / "a.db")
     _fill(source)
     source.close()
     crow = [sys.executable, "-m", "crow", "store"]

@@ -1,0 +1,245 @@
+"""The session store on a PostgreSQL server (``[store] url`` or ``CROW_STORE_URL``;
+psycopg 3), for servers on several machines: same tables, same migrations
+(``migrations.py``), same SQL (``Store``'s, backend.py), same behaviour, which the
+store tests check on both.
+
+What differs: a log append locks its session's row, so two servers appending to
+one session still get consecutive sequence numbers; every change another server
+must hear of (an update logged, a question filed or answered, a held prompt, a
+cancel) is announced with ``pg_notify`` on listen.py's channels, in the
+transaction that makes it; and the connection comes back after it is lost.
+
+psycopg is optional (the ``postgres`` extra): it is imported when a PostgreSQL
+store is opened, never as Crow starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from .backend import Store
+from .listen import Heard, follow_updates
+from .migrations import migrate_postgres
+from .records import StoreError, database_errors
+from .sql import Statements
+from .sqlite import BUSY_TIMEOUT_MS
+from .urls import redact_url
+
+log = logging.getLogger("crow.store")
+
+__all__ = ["PostgresConnection", "PostgresStore", "probe"]
+
+#: Seconds to open a connection to a PostgreSQL server.
+CONNECT_TIMEOUT_S = 10
+#: A PostgreSQL connection unused this long is checked before its next call.
+CHECK_AFTER_S = 5.0
+
+
+def _psycopg() -> Any:
+    """psycopg, which only a PostgreSQL store needs (the ``postgres`` extra)."""
+    try:
+        import psycopg  # optional: loaded when a PostgreSQL store is opened
+    except ImportError as exc:
+        raise StoreError(
+            f"a PostgreSQL store needs psycopg, which does not import ({exc}): "
+            "pip install 'crow-cli[postgres]'"
+        ) from None
+    return psycopg
+
+
+def probe(url: str) -> None:
+    """Connect to the PostgreSQL store at ``url`` and leave; StoreError (one line
+    naming it, password masked, and what to do) if that fails."""
+    psycopg = _psycopg()
+    try:
+        psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_S).close()
+    except psycopg.Error as exc:
+        raise StoreError(_unreachable(url, exc)) from exc
+
+
+def _unreachable(url: str, exc: BaseException) -> str:
+    """Why the store at ``url`` cannot be opened, in one line, with what to do."""
+    try:
+        parts = urlsplit(url)
+        where = f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+    except ValueError:
+        where = "its host"
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"cannot reach the PostgreSQL session store at {where} ({redact_url(url)}): {said}; "
+        "start it, or change [store] url in config.toml (CROW_STORE_URL overrides it)"
+    )
+
+
+class PostgresStore(Store):
+    """The store on the PostgreSQL server at ``url``, over one ``PostgresConnection``."""
+
+    dialect = "postgresql"
+    shared = True
+    sql: ClassVar[Statements] = Statements.marked("%s")
+    db: PostgresConnection
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            connection = PostgresConnection(url)
+        except database_errors() as exc:
+            raise StoreError(_unreachable(url, exc)) from exc
+        try:
+            migrate_postgres(connection.conn)
+        except BaseException as exc:
+            connection.close()
+            if isinstance(exc, database_errors()):
+                message = f"cannot migrate the session store {redact_url(url)}: {exc}"
+                raise StoreError(message) from exc
+            raise
+        self.db = connection
+
+    def _begin(self) -> None:
+        self.db.begin()
+
+    def _commit(self) -> None:
+        self.db.commit()
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.rollback()
+
+    def schema_version(self) -> int:
+        return int(self.db.execute("SELECT version FROM crow_schema").fetchone()[0])
+
+    async def follow_updates(self, heard: Heard) -> None:
+        """What every server logs, cancels, asks and holds, as it happens, until
+        cancelled (crow.store.listen)."""
+        await follow_updates(self.url, *heard)
+
+    def checkpoint(self) -> None:
+        """PostgreSQL checkpoints by itself."""
+
+    def _announce(self, channel: str, payload: str) -> None:
+        # Every server listening hears of it when this commits (crow.store.listen).
+        self.db.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+    def _lock_session(self, session_id: str) -> None:
+        # Servers appending to one session wait for each other on its row: MAX(seq) + 1
+        # is then never computed twice.
+        self.db.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+
+
+class PostgresConnection:
+    """One psycopg connection (autocommit; ``begin``/``commit``/``rollback`` make a
+    transaction) that comes back after it is lost: a restarted or failed-over
+    server, a terminated backend.
+
+    One connection, reopened, not a pool (``psycopg_pool``): the store runs every
+    call on one thread, and its transactions span several calls (``begin``, the
+    appends, ``commit``), which a pool would have to pin to one connection anyway.
+
+    - A call on a connection known to be lost reconnects first; so does one after
+      ``CHECK_AFTER_S`` of quiet whose check (an empty query, as psycopg_pool's
+      ``check_connection``) fails: a server restarted meanwhile costs nothing.
+    - A call that fails as the connection goes is not retried (the server may have
+      done it): it raises, and the one after reconnects.
+    - A transaction whose connection is lost is never carried on over a new one:
+      its later statements raise until it is rolled back, so nothing is half-written.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn = self._connect()
+        self._in_transaction = False  # a begin() of ours is open
+        self._lost_transaction = False  # ... and its connection went: it must end
+        self._last_used = time.monotonic()
+
+    def _connect(self) -> Any:
+        psycopg = _psycopg()
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        # A lock held elsewhere fails the call, bounded, as SQLite's busy timeout does.
+        conn.execute(f"SET lock_timeout = {int(BUSY_TIMEOUT_MS)}")
+        return conn
+
+    def ready(self) -> Any:
+        """The connection, reopened if it was lost.  Raises psycopg.Error."""
+        if self._in_transaction:
+            if self._gone():
+                self._lost_transaction = True
+                raise _lost_in_transaction()
+        elif self._gone() or self._hung_up() or self._quiet_and_dead():
+            log.warning("the connection to %s was lost: reconnecting", redact_url(self.url))
+            with contextlib.suppress(Exception):
+                self.conn.close()
+            self.conn = self._connect()
+        self._last_used = time.monotonic()
+        return self.conn
+
+    def _gone(self) -> bool:
+        return bool(self._lost_transaction or self.conn.closed or self.conn.broken)
+
+    def _hung_up(self) -> bool:
+        """Whether the server spoke on the idle connection: it does so to hang up (a
+        terminated backend, a restart: an error, then the end); nothing else comes on a
+        connection that does not LISTEN (a rare notice only costs a reconnect).  No
+        round trip."""
+        try:
+            readable, _, _ = select.select([self.conn.pgconn.socket], [], [], 0)
+        except (OSError, ValueError):  # no socket any more
+            return True
+        return bool(readable)
+
+    def _quiet_and_dead(self) -> bool:
+        """After ``CHECK_AFTER_S`` unused, an empty query (psycopg_pool's
+        ``check_connection``) must answer: a route that died without a word."""
+        if time.monotonic() - self._last_used <= CHECK_AFTER_S:
+            return False
+        try:
+            self.conn.execute("")
+        except _psycopg().OperationalError:
+            return True
+        return False
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
+        """Run one statement (``%s`` parameters); its cursor."""
+        return self.ready().execute(sql, params)
+
+    def executemany(self, sql: str, rows: list[tuple[Any, ...]], /) -> None:
+        with self.ready().cursor() as cursor:
+            cursor.executemany(sql, rows)
+
+    def begin(self) -> None:
+        self.ready().execute("BEGIN")
+        self._in_transaction = True
+
+    def commit(self) -> None:
+        """Commit; a transaction whose connection went is lost, whole: that raises."""
+        if self._gone():
+            self._in_transaction = self._lost_transaction = False
+            raise _lost_in_transaction()
+        self.ready().execute("COMMIT")
+        self._in_transaction = False
+
+    def rollback(self) -> None:
+        if self._gone():
+            self._in_transaction = self._lost_transaction = False
+            return  # the server dropped it with the connection
+        self.ready().execute("ROLLBACK")
+        self._in_transaction = False
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _lost_in_transaction() -> Exception:
+    lost: Exception = _psycopg().OperationalError(
+        "the connection to PostgreSQL was lost in a transaction; none of it was kept"
+    )
+    return lost
