@@ -56,7 +56,7 @@ OLDER = "v2.schema.json"
 OUT = ROOT / "src" / "crow" / "acp" / "schema" / "_generated.py"
 OUT_CORE = ROOT / "src" / "crow" / "acp" / "schema" / "_generated_core.py"
 
-# What ``crow serve`` touches before it has answered ``initialize`` (crow.agent.serve,
+# What ``crow serve`` touches before it has answered ``initialize`` (crow.serve.stdio,
 # crow.agent.service, crow.acp.agent, and crow.agent.tooling's START_OPTIONS at import):
 # these and all they name go to _generated_core.  Only start-up time depends on this
 # list: a name missing here is still found, in _generated, on first use.

@@ -1,4 +1,5 @@
-"""Children die with Crow (``crow.children``): the reaper, the terminal server, stdio MCP servers.
+"""Children die with Crow (``crow.runtime.children``): the reaper, the terminal server,
+stdio MCP servers.
 
 Every test starts real processes and kills for real.  A process counts as gone when it no
 longer exists or is a zombie (an orphan's new parent here may never reap it).  Deadlines
@@ -27,8 +28,8 @@ from crow_testing.support import ROOT
 from mcp import Client, StdioServerParameters
 from mcp_types import TextContent
 
-from crow import children
 from crow.config import McpServerSpec
+from crow.runtime import children
 from crow.tools.hub import ToolHub
 
 GONE_S = 10.0
@@ -217,11 +218,11 @@ def test_only_groups_with_a_member_are_kept(tmp_path: Path) -> None:
         running.wait()
 
 
-# -- a Crow process using crow.children -----------------------------------------------------
+# -- a Crow process using crow.runtime.children ------------------------------------------------
 
 OWNER = """
 import os, subprocess, sys, time
-from crow import children
+from crow.runtime import children
 
 def start(command):
     env = children.tagged_env(os.environ)
@@ -302,7 +303,7 @@ def test_without_a_reaper_children_still_start_and_it_is_said(tmp_path: Path) ->
     script = (
         "import os, subprocess, sys\n"
         "sys.executable = '/nonexistent/python'\n"
-        "from crow import children\n"
+        "from crow.runtime import children\n"
         "env = children.tagged_env(os.environ)\n"
         "child = subprocess.Popen(['/bin/true'], env=env, start_new_session=True)\n"
         "children.register(child.pid)\n"

@@ -1,5 +1,5 @@
 """crow serve runs on uvloop, and on asyncio's own loop when told to
-(``CROW_EVENT_LOOP=asyncio``, crow.event_loop): a tool turn and a cancel on each.
+(``CROW_EVENT_LOOP=asyncio``, crow.runtime.event_loop): a tool turn and a cancel on each.
 
 The rest of the suite runs on uvloop, the default."""
 

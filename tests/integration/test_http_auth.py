@@ -26,7 +26,7 @@ from websockets.asyncio.client import connect
 from crow.acp import schema
 from crow.acp.errors import AUTH_REQUIRED, AcpError
 from crow.acp.transports.http_client import connect_url
-from crow.proc import start_time
+from crow.runtime.proc import start_time
 
 CROW = [sys.executable, "-m", "crow"]
 NO_TOOLS = "[tools]\nbuiltin = []\n"

@@ -33,7 +33,7 @@ CLIENT_INFO = schema.Implementation(name="robustness-test", version="0")
 LAUNCH = """
 import asyncio, sys
 from crow.acp.transports.http_server import HttpLimits
-from crow.agent.serve_http import HttpSecurity, serve_http
+from crow.serve.http import HttpSecurity, serve_http
 from crow.config import load_config
 limits = {k: float(v) for k, v in (a.split("=") for a in sys.argv[1:])}
 limits = {k: int(v) if k.startswith("max_") and k.endswith(("bytes", "connections")) else v

@@ -20,7 +20,7 @@ from crow_testing.serve_support import client_for
 from test_serve_http import server  # noqa: F401  (the fixture)
 
 from crow.acp import schema
-from crow.agent.quiet import QUIET_S
+from crow.runtime.quiet import QUIET_S
 
 
 def probe_pids(server_pid: int) -> set[int]:
@@ -139,7 +139,7 @@ async def test_the_server_gives_memory_back_once_its_last_session_unloads(
     crow_home,
 ):
     """Not while any session is live (the collection blocks the loop): only once
-    the last one has gone, after a quiet moment (crow.agent.quiet)."""
+    the last one has gone, after a quiet moment (crow.runtime.quiet)."""
     scripted_model.set_default(Text(text="ok"))
     log = crow_home / "logs" / "crow.log"
 

@@ -24,7 +24,7 @@ Invariants, each failure named in the assertion message:
   while it is attached (a replay skips the state changes, by design);
 - once everyone has left, the server comes back near its post-warm-up
   baseline within ``CROW_SOAK_SETTLE_S`` seconds (it gives memory back once its
-  last session unloads, crow.agent.quiet): RSS within max(30 MiB, 30 %),
+  last session unloads, crow.runtime.quiet): RSS within max(30 MiB, 30 %),
   open fds within a few, and no more child processes (tool servers) than then.
 
 Knobs: ``CROW_SOAK_SECONDS`` (60), ``CROW_SOAK_CLIENTS`` (50),
@@ -57,7 +57,7 @@ from crow_testing.fakemodel import Text
 from crow_testing.serve_support import write_config
 
 from crow.acp.transports.http_client import connect_url
-from crow.agent.quiet import QUIET_S
+from crow.runtime.quiet import QUIET_S
 
 SECONDS = float(os.environ.get("CROW_SOAK_SECONDS", "60"))
 CLIENTS = int(os.environ.get("CROW_SOAK_CLIENTS", "50"))

@@ -32,7 +32,7 @@ def test_importing_the_server_leaves_the_sdks_and_most_wire_models_out():
     result = run(
         f"""
         import sys
-        import crow.agent.serve
+        import crow.serve.stdio
         late = ["{REST}", "openai", "aiohttp", "mcp", "lancedb", "numpy"]
         print([name for name in late if name in sys.modules])
         """

@@ -1,6 +1,7 @@
 """crow.acp: the Agent Client Protocol v2 in Python, both roles.
 
-Layers, bottom up: ``schema`` (generated wire models), ``connection`` (the
+Layers, bottom up: ``schema`` (generated wire models), ``frames`` (the bytes of a
+``session/update`` as sent, for encode-once senders and routing), ``connection`` (the
 sans-I/O JSON-RPC core), ``jsonrpc`` (the async peer), ``transports`` (stdio),
 ``agent`` / ``client`` (the two roles), ``projection`` (what a client knows
 of a session), ``router`` (the v1|v2 choice on a connection's first
@@ -8,7 +9,7 @@ of a session), ``router`` (the v1|v2 choice on a connection's first
 answers 1).  Nothing here imports the rest of Crow.
 """
 
-from . import schema
+from . import frames, schema
 from .agent import PROTOCOL_VERSION, AgentSide
 from .client import ClientSide, Session
 from .connection import Connection
@@ -63,6 +64,7 @@ __all__ = [
     "Transport",
     "Turn",
     "UnsupportedProtocolVersion",
+    "frames",
     "open_stdio",
     "schema",
     "spawn",

@@ -46,6 +46,8 @@ from crow.config import Config
 from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
+from crow.runtime.quiet import MemoryRelease
+from crow.runtime.slow_exit import REPORT_AFTER_S, report_if_slow
 from crow.store.aio import AsyncStore
 from crow.store.db import SessionRecord, Store, StoreUnavailable
 from crow.store.lease import this_process
@@ -62,10 +64,8 @@ from .params import (
 )
 from .prompts import Prompts
 from .queue import insert_mode
-from .quiet import MemoryRelease
 from .recovery import close_interrupted_turns
 from .session import LiveSession
-from .slow_exit import REPORT_AFTER_S, report_if_slow
 from .tooling import mcp_capabilities
 from .watchers import V2Watcher, Watcher
 

@@ -14,35 +14,9 @@ from typing import Any, Protocol
 import orjson
 
 from crow.acp import AgentSide, schema
+from crow.acp.frames import encode_update
 
 __all__ = ["V2Watcher", "Watcher", "update_frame"]
-
-
-def _make_frame(session_id: str, body: bytes, seq: int | None) -> bytes:
-    """The ``session/update`` notification around an already-encoded update.
-
-    ``params._meta["crow/seq"]`` is the update's place in the session's log: a
-    client that reconnects resumes with ``replayFrom: {"type": "_crow/after",
-    "seq": <last seen>}`` and gets only what it missed.  An update sent while
-    the store was failing has no place yet (``seq`` None) and no ``_meta``.
-    """
-    if seq is None:
-        return (
-            b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-            + orjson.dumps(session_id)
-            + b',"update":'
-            + body
-            + b"}}"
-        )
-    return (
-        b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":'
-        + orjson.dumps(session_id)
-        + b',"update":'
-        + body
-        + b',"_meta":{"crow/seq":'
-        + str(seq).encode()
-        + b"}}}"
-    )
 
 
 #: The frame made last: (body, seq, session id, frame).  An update goes to each of
@@ -52,12 +26,13 @@ _last_frame: tuple[bytes, int | None, str, bytes] = (b"", None, "", b"")
 
 
 def update_frame(session_id: str, body: bytes, seq: int | None) -> bytes:
-    """``_make_frame``, the same bytes object again for the same update."""
+    """The update's ``session/update`` frame (``crow.acp.frames``), the same bytes
+    object again for the same update."""
     global _last_frame
     last_body, last_seq, last_session, frame = _last_frame
     if body is last_body and seq == last_seq and session_id == last_session:
         return frame
-    frame = _make_frame(session_id, body, seq)
+    frame = encode_update(session_id, body, seq)
     _last_frame = (body, seq, session_id, frame)
     return frame
 

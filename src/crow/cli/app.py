@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .. import pipes
-from .checks import check_args, parse
-from ..imports import importing
+from ..runtime.imports import importing
 from ..tools import remembered
 from . import (
     client,
@@ -44,6 +43,7 @@ from . import (
     serve,
     store,
 )
+from .checks import check_args, parse
 from .common import EXIT_INTERRUPTED, Refused, exit_now, tell_the_reaper
 from .logs import quiet_logging
 

@@ -54,8 +54,8 @@ def config_or_refuse(who: str = "crow", **overrides: Any) -> Config:
 def tell_the_reaper() -> None:
     """Before ``os._exit`` (which skips the atexit hook doing it): the children this
     process adopted are told to its reaper, so they die with it (crow.children)."""
-    if "crow.children" in sys.modules:
-        sys.modules["crow.children"].adopt_orphans()
+    if "crow.runtime.children" in sys.modules:
+        sys.modules["crow.runtime.children"].adopt_orphans()
 
 
 def exit_now(code: int) -> NoReturn:

@@ -82,8 +82,8 @@ async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
     from crow.acp import AcpError, InvalidParams, SessionNotFound
     from crow.client.connect import AgentUnavailable, connect
     from crow.client.session_ids import AmbiguousSession, resolve
-    from crow.imports import import_off_loop
     from crow.models.router import ModelRouter
+    from crow.runtime.imports import import_off_loop
 
     from ..orchestra.judge import DEFAULT_RUBRIC, verify
 

@@ -58,8 +58,8 @@ def main(args: argparse.Namespace) -> int:
     setup_logging(paths.logs, args.log_level)
     config = config_or_refuse(paths=paths, model=args.model, base_url=args.base_url)
     # The agent's layers, imported once the command line is read (start-up: see above).
-    from ..gc_tuning import tune_for_serving
     from ..config.secrets import register_config_secrets
+    from ..runtime.gc_tuning import tune_for_serving
 
     register_config_secrets(config)  # their values are masked in every log line
     tune_for_serving()
@@ -71,8 +71,8 @@ def main(args: argparse.Namespace) -> int:
             "to talk with Crow yourself, run crow chat (Ctrl-D leaves this)",
             file=sys.stderr,
         )
-    from ..agent.memory_debug import run_with_debug_hooks  # the agent (start-up: see above)
-    from ..agent.serve import serve_stdio
+    from ..runtime.memory_debug import run_with_debug_hooks  # the agent (start-up: see above)
+    from ..serve.stdio import serve_stdio
 
     _run_server(run_with_debug_hooks(serve_stdio(config, setup=_add_judge)))
     exit_now(0)
@@ -81,8 +81,8 @@ def main(args: argparse.Namespace) -> int:
 def _serve_http(config: Any, args: argparse.Namespace) -> int:
     # The HTTP transport (uvicorn, starlette) only for --http.
     from ..acp.transports.http_server import HttpLimits
-    from ..agent.memory_debug import run_with_debug_hooks
-    from ..agent.serve_http import ServeError, security_for, serve_http
+    from ..runtime.memory_debug import run_with_debug_hooks
+    from ..serve.http import ServeError, security_for, serve_http
 
     host, _, port = args.http.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
@@ -109,9 +109,9 @@ def _run_server(serving: Any) -> None:
     """Run a server to its end; a store that cannot be opened (a PostgreSQL server
     down, psycopg missing) is one line on stderr and exit 1, not a traceback."""
     # The serving layers: imported with the server they run (start-up: see above).
-    from ..agent.serve_http import AddressInUse, ServeError
-    from ..agent.slow_exit import serve_then_leave
-    from ..event_loop import run
+    from ..runtime.event_loop import run
+    from ..runtime.slow_exit import serve_then_leave
+    from ..serve.http import AddressInUse, ServeError
     from ..store.db import StoreError
 
     leaving = serve_then_leave(serving, exit_now)
@@ -130,7 +130,7 @@ def _run_server(serving: Any) -> None:
 def _add_judge(agent: Any) -> None:
     """crow serve's own judge: it verifies the sessions clients ask it to."""
     # Called as the server starts, with the agent's layers already loaded.
-    from ..agent.serve import open_follower
     from ..orchestra.resident import ResidentJudge
+    from ..serve.stdio import open_follower
 
     agent.judge = ResidentJudge(agent.config, agent.router, lambda: open_follower(agent))

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Sequence
 from importlib.metadata import version
 from typing import Any
 
-from crow import runtime_file
 from crow.acp import AcpError, ClientSide, schema, spawn
 from crow.acp.transports.http_client import connect_url, split_token
 from crow.config import Paths
+from crow.runtime import runtime_file
 from crow.tls import client_context
 
 __all__ = ["AgentUnavailable", "connect", "default_command"]

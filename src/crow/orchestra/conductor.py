@@ -50,7 +50,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
-from crow import children
 from crow.acp.chain import (
     EXPECTED_INITIALIZE,
     ONLY_CONDUCTOR,
@@ -81,6 +80,7 @@ from crow.acp.errors import (
 )
 from crow.acp.jsonrpc import Transport
 from crow.acp.transports.stdio import StdioTransport
+from crow.runtime import children
 
 from .component import Component, ComponentError
 from .link import STDERR_LINE_BYTES, Link, Trace, capped_lines

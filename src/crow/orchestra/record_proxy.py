@@ -50,8 +50,8 @@ from typing import Any
 import orjson
 
 from crow.acp.proxy import ProxySide
-from crow.ids import now
 from crow.extensions import VERDICT, VERIFIED_ABOVE, VERIFY
+from crow.ids import now
 from crow.store.aio import AsyncStore
 from crow.store.db import StoreError
 from crow.store.lease import RENEW_EVERY_S, expiry, this_process

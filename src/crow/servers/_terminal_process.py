@@ -23,7 +23,7 @@ from pathlib import Path
 
 import anyio
 
-from crow import children
+from crow.runtime import children
 
 # The terminal server's logger, whichever of its modules logs.
 logger = logging.getLogger("crow.servers.terminal")

@@ -18,7 +18,7 @@ import os
 import socket
 import time
 
-from crow.proc import pid_alive, start_time
+from crow.runtime.proc import pid_alive, start_time
 
 __all__ = ["LEASE_S", "RENEW_EVERY_S", "expiry", "owner_alive", "this_process"]
 

@@ -34,10 +34,10 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from crow import children
 from crow.config import McpServerSpec
 from crow.extensions import SCOPE_ARGUMENT
-from crow.imports import import_off_loop
+from crow.runtime import children
+from crow.runtime.imports import import_off_loop
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
 

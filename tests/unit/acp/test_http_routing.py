@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from crow.acp.transports.http_server import HttpLimits, HttpTransport, _session_route
+from crow.acp.transports.http_requests import session_route as _session_route
+from crow.acp.transports.http_server import HttpLimits, HttpTransport
 from crow.agent.watchers import update_frame
 
 

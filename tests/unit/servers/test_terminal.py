@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult, TextContent
 
 import crow.servers.terminal as terminal
-from crow import children
+from crow.runtime import children
 from crow.servers.terminal import build_server
 
 LIMIT_S = 15

@@ -36,7 +36,7 @@ def test_a_killed_owner_its_parent_has_not_reaped_is_not_alive():
     import time
     from pathlib import Path
 
-    from crow.proc import start_time
+    from crow.runtime.proc import start_time
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     host = this_process().split(":")[0]

@@ -66,7 +66,7 @@ class HttpClientTransport:
     def __init__(
         self, url: str, headers: dict[str, str], *, tls: ssl.SSLContext | None = None
     ) -> None:
-        import httpx2
+        import httpx2  # ~100 ms: paid by HTTP clients only, not by stdio or WebSocket ones
 
         self.url = url
         self.client = httpx2.AsyncClient(
@@ -123,7 +123,7 @@ class HttpClientTransport:
             self._open_stream(None)
 
     async def _send(self, method: str, **kwargs: Any) -> Any:
-        import httpx2
+        import httpx2  # loaded already (__init__): its errors, without a module-level import
 
         try:
             return await self.client.request(method, self.url, **kwargs)
@@ -146,7 +146,7 @@ class HttpClientTransport:
             self.streams[session] = asyncio.create_task(self._read_stream(session))
 
     async def _read_stream(self, session: str | None) -> None:
-        import httpx2
+        import httpx2  # loaded already (__init__): its SSE parser and errors
 
         assert self.connection_id is not None
         headers = {"Accept": "text/event-stream", "Acp-Connection-Id": self.connection_id}
@@ -202,6 +202,7 @@ class WebSocketClientTransport:
     async def open(
         cls, url: str, headers: dict[str, str], *, tls: ssl.SSLContext | None = None
     ) -> WebSocketClientTransport:
+        # websockets (~50 ms): paid by WebSocket clients only.
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus, WebSocketException
 
@@ -218,7 +219,7 @@ class WebSocketClientTransport:
         return cls(socket)
 
     async def read_frame(self) -> bytes | None:
-        from websockets.exceptions import ConnectionClosed
+        from websockets.exceptions import ConnectionClosed  # loaded already (open)
 
         while True:
             try:
@@ -229,7 +230,7 @@ class WebSocketClientTransport:
                 return message.encode()
 
     async def write_frames(self, frames: Sequence[bytes]) -> None:
-        from websockets.exceptions import ConnectionClosed
+        from websockets.exceptions import ConnectionClosed  # loaded already (open)
 
         try:
             for frame in frames:

@@ -1,5 +1,5 @@
 """crow.agent.v1: ACP v1 clients on the same agent (``face``), with what turns v2
-updates into v1 (``translate``, ``content``).  ``crow.agent.serve`` imports it
+updates into v1 (``translate``, ``content``).  ``crow.serve.stdio`` imports it
 on the first v1 connection."""
 
 from .face import V1Agent, V1Watcher, serve_v1

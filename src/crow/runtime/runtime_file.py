@@ -9,13 +9,13 @@ read the token.
 
 A server killed outright (kill -9) leaves its file behind, and its pid and port
 may both go to other programs.  So the file names its process by pid and start
-time (``crow.proc``, as the turn leases do): a file whose process is gone, or
+time (``crow.runtime.proc``, as the turn leases do): a file whose process is gone, or
 whose pid now belongs to another process, is stale; readers ignore it and the
 next server on that port replaces it.  And a reader sends the token only when
 that process still holds the port's listening socket.
 
 This module owns the file's name, format and lifetime, not the token's policy
-(``crow.agent.serve_http``) nor how a client sends it (``crow.acp.transports``).
+(``crow.serve.http``) nor how a client sends it (``crow.acp.transports``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crow.private import FILE_MODE, private_dir
-from crow.proc import UNKNOWN, listens_on, pid_alive, start_time
+from crow.runtime.proc import UNKNOWN, listens_on, pid_alive, start_time
 
 __all__ = ["find_token", "is_loopback", "publish"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from crow.agent import serve
+from crow.serve import stdio as serve
 from crow.store.db import SqliteStore, Store, StoreUnavailable
 
 
@@ -17,7 +17,7 @@ def serving_stdio(config: Any) -> Any:
 
 
 def serving_http(config: Any) -> Any:
-    from crow.agent.serve_http import serve_http
+    from crow.serve.http import serve_http
 
     return serve_http(config, "127.0.0.1", 0, SimpleNamespace(token="t"))  # type: ignore[arg-type]
 

@@ -1,4 +1,4 @@
-"""``crow.runtime_file``: which server's token a client may use, and the file's lifetime.
+"""``crow.runtime.runtime_file``: which server's token a client may use, and the file's lifetime.
 
 The token is found only for the process that wrote the file (pid and start time)
 while it holds the port's listening socket: the tests listen on real ports."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from crow.proc import listens_on, start_time
-from crow.runtime_file import find_token, publish
+from crow.runtime.proc import listens_on, start_time
+from crow.runtime.runtime_file import find_token, publish
 
 
 def dead_pid() -> int:

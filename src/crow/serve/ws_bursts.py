@@ -15,7 +15,8 @@ first.  Backpressure still holds: a send waits while the transport is paused,
 and a burst past ``FLUSH_AT_BYTES`` is written at once, so a reader that stops
 reading pauses the sender as soon as before, give or take one burst.
 
-It is given to uvicorn as its ``ws`` protocol class (``serve_http``).
+It is given to uvicorn as its ``ws`` protocol class (``crow.serve.http``); it lives in
+``crow.serve``, not ``crow.acp``, which stays free of uvicorn's internals.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ reach a loopback port.  The token is ``[server] token`` from config.toml, or one
 generated at start (always a fresh one with ``--new-token``).  It is presented as
 ``Authorization: Bearer <token>`` (the scheme in any case) or as a ``token`` query
 parameter; a missing or wrong one gets 401 before any ACP processing.  The URL
-with ``?token=`` is printed once on stderr, and ``crow.runtime_file`` tells
+with ``?token=`` is printed once on stderr, and ``crow.runtime.runtime_file`` tells
 Crow's own clients.  ``--no-token`` turns it off, on loopback only.
 
 Before the token, the ``Host`` header must name the bound address (for a
@@ -43,9 +43,10 @@ from starlette.types import Scope
 from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTransport
 from crow.config import Config, ServerSettings
 from crow.redact import register_secret
-from crow.runtime_file import WILDCARDS, is_loopback, publish
+from crow.runtime.gc_tuning import collect_now
+from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
-from .serve import Setup, serve_connection, start_agent
+from .stdio import Setup, serve_connection, start_agent
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
 
@@ -172,9 +173,10 @@ async def _serve_on(
     limits: HttpLimits | None,
     setup: Setup | None,
 ) -> None:
+    # uvicorn (~60 ms) only for --http: crow serve on stdio imports this module too.
     import uvicorn
 
-    from crow.acp.transports.ws_bursts import BurstWebSocketProtocol
+    from .ws_bursts import BurstWebSocketProtocol  # uvicorn's too (see above)
 
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)
@@ -185,7 +187,7 @@ async def _serve_on(
     async def serve(transport: HttpTransport) -> None:
         await serve_connection(agent, transport)  # v1 or v2, by its initialize
 
-    app = AcpHttpApp(serve, limits=limits, check=security.check)
+    app = AcpHttpApp(serve, limits=limits, check=security.check, on_expired=collect_now)
     published: list[Path] = []  # the runtime file, once written
 
     class Server(uvicorn.Server):

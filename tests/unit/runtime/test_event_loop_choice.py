@@ -1,4 +1,4 @@
-"""Which loop ``crow.event_loop.run`` picks from ``CROW_EVENT_LOOP``."""
+"""Which loop ``crow.runtime.event_loop.run`` picks from ``CROW_EVENT_LOOP``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from crow import event_loop
+from crow.runtime import event_loop
 
 
 def loop_run_by(monkeypatch: pytest.MonkeyPatch, value: str | None) -> str:

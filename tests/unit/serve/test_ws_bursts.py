@@ -17,7 +17,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from crow.acp.transports.ws_bursts import FLUSH_AT_BYTES, BurstWebSocketProtocol
+from crow.serve.ws_bursts import FLUSH_AT_BYTES, BurstWebSocketProtocol
 
 
 class CountingTransport:

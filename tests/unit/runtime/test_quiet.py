@@ -1,5 +1,5 @@
 """Memory goes back once the agent is quiet, and not more often than allowed
-(crow.agent.quiet)."""
+(crow.runtime.quiet)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import weakref
 
 import pytest
 
-from crow.agent.quiet import MemoryRelease, _malloc_trim, release_memory
+from crow.runtime.quiet import MemoryRelease, release_memory
+from crow.runtime.quiet import malloc_trim as _malloc_trim
 
 
 async def test_a_release_waits_for_quiet_checks_again_and_keeps_its_distance():

@@ -9,14 +9,15 @@ load, a sixth of crow serve's CPU (bench/http_bench.py, 100 clients).
 ``tune_for_serving`` collects less often and moves what start-up built (the
 imported modules, the config) out of the collector's view for good: those
 objects live as long as the process, and every full collection would walk them
-again.  Reference cycles are still collected, only later.
+again.  Reference cycles are still collected, only later; ``collect_now`` where
+they are known to be many (crow serve after idle HTTP connections expired).
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["YOUNGEST_THRESHOLD", "tune_for_serving"]
+__all__ = ["YOUNGEST_THRESHOLD", "collect_now", "tune_for_serving"]
 
 #: Net allocations between collections of the youngest generation (CPython: 700).
 #: 10,000 already removes most of the cost; 50,000 leaves a few collections a minute.
@@ -29,3 +30,9 @@ def tune_for_serving() -> None:
     gc.freeze()
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNGEST_THRESHOLD, middle, oldest)
+
+
+def collect_now() -> None:
+    """Free reference cycles now, not at some later full collection: an expired
+    connection's transport, peer and tasks form cycles (the soak test watches RSS)."""
+    gc.collect()

@@ -1,45 +1,32 @@
-"""Memory debugging for a running agent (``CROW_DEBUG_MEMORY``), debug only.
-
-``CROW_DEBUG_MEMORY=N`` (debug only: tracing slows the agent several fold)
-traces allocations with N frames each (0: no tracing, the rest still works);
-then SIGUSR1 logs the top allocation sites, the live objects by type and the
-RSS, each with its change since the previous dump, and SIGUSR2 runs
-``gc.collect()`` and glibc's ``malloc_trim`` and logs the RSS before and after
-(memory the allocator kept but nothing uses comes back; a leak does not).
-
-Tracing slows the agent several fold: never set it in production.
+"""The memory dumps of ``CROW_DEBUG_MEMORY`` (``memory_debug``), debug only: SIGUSR1 logs
+the top allocation sites, the live objects by type and the RSS, each with its change
+since the previous dump; SIGUSR2 collects, trims the C heap and logs the RSS before
+and after.  Imported only when the environment asks for them (tracemalloc, ~3 ms).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
+import signal
+import tracemalloc
 from collections import Counter
-from collections.abc import Coroutine
-from typing import Any
 
-__all__ = ["run_with_debug_hooks"]
+from .quiet import malloc_trim, rss_mib
+
+__all__ = ["install_memory_dumps"]
 
 log = logging.getLogger("crow.agent")
 
-DEBUG_MEMORY_ENV = "CROW_DEBUG_MEMORY"
 #: Lines per section of a memory dump.
 DUMP_TOP = 25
 
 
-async def run_with_debug_hooks(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` (a serve coroutine), with the memory dumps if the environment asks."""
-    frames = os.environ.get(DEBUG_MEMORY_ENV, "")
-    if frames:
-        _install_memory_dumps(int(frames) if frames.isdigit() else 1)
-    await main
-
-
-def _install_memory_dumps(frames: int) -> None:
-    import signal
-    import tracemalloc
-
+def install_memory_dumps(frames: int) -> None:
+    """Trace allocations with ``frames`` frames each (0: none), and dump or trim on
+    SIGUSR1 and SIGUSR2."""
     if frames > 0:
         tracemalloc.start(frames)
     dumper = _MemoryDumper()
@@ -57,22 +44,19 @@ class _MemoryDumper:
     """Each dump is compared with the previous one: dump, run the load, dump again."""
 
     def __init__(self) -> None:
-        self.snapshot: Any = None
+        self.snapshot: tracemalloc.Snapshot | None = None
         self.types: Counter[str] = Counter()
-        self.rss_kib = 0
+        self.rss = 0.0  # MiB
         self.count = 0
 
     def dump(self) -> None:
-        import gc
-        import tracemalloc
-
         gc.collect()
         types = Counter(_type_name(o) for o in gc.get_objects())
-        rss = _rss_kib()
+        rss = rss_mib()
         self.count += 1
         lines = [
-            f"memory dump {self.count}: RSS {rss / 1024:.1f} MiB "
-            f"({(rss - self.rss_kib) / 1024:+.1f} since the last dump), traced "
+            f"memory dump {self.count}: RSS {rss:.1f} MiB "
+            f"({rss - self.rss:+.1f} since the last dump), traced "
             f"{tracemalloc.get_traced_memory()[0] / 1048576:.1f} MiB, "
             f"{sum(types.values())} gc-tracked objects"
         ]
@@ -83,12 +67,10 @@ class _MemoryDumper:
         grown = Counter({t: n - self.types[t] for t, n in types.items()}).most_common(DUMP_TOP)
         lines.append("types that grew most:")
         lines += [f"  {d:+8}  {t}" for t, d in grown if d > 0]
-        self.types, self.rss_kib = types, rss
+        self.types, self.rss = types, rss
         log.warning("\n".join(lines))
 
     def _allocation_sites(self) -> list[str]:
-        import tracemalloc
-
         snapshot = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]
         )
@@ -103,33 +85,22 @@ class _MemoryDumper:
         return lines
 
     def trim(self) -> None:
-        import ctypes
-        import gc
-
-        before = _rss_kib()
+        before = rss_mib()
         collected = gc.collect()
-        after_gc = _rss_kib()
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc
+        after_gc = rss_mib()
+        if (trim := malloc_trim()) is None:
             log.warning("malloc_trim is not available here")
+        else:
+            trim(0)
         log.warning(
             "gc.collect() freed %d objects: RSS %.1f -> %.1f MiB; malloc_trim(0): -> %.1f MiB",
             collected,
-            before / 1024,
-            after_gc / 1024,
-            _rss_kib() / 1024,
+            before,
+            after_gc,
+            rss_mib(),
         )
 
 
 def _type_name(obj: object) -> str:
     kind = type(obj)
     return f"{kind.__module__}.{kind.__qualname__}"
-
-
-def _rss_kib() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0

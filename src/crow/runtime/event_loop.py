@@ -32,7 +32,7 @@ def run(main: Coroutine[Any, Any, None]) -> None:
         log.warning("%s=%r is neither uvloop nor asyncio: using uvloop", EVENT_LOOP_ENV, chosen)
     if chosen != "asyncio":
         try:
-            import uvloop
+            import uvloop  # optional, and not imported when asyncio is asked for
         except ImportError:
             log.info("uvloop is not installed: serving on asyncio's own loop")
         else:

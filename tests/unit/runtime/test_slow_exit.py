@@ -1,11 +1,11 @@
-"""A slow shutdown says what it still waits for (crow.agent.slow_exit)."""
+"""A slow shutdown says what it still waits for (crow.runtime.slow_exit)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
-from crow.agent.slow_exit import report_if_slow
+from crow.runtime.slow_exit import report_if_slow
 
 
 async def test_a_slow_shutdown_logs_each_pending_task_and_where_it_waits(caplog):
@@ -49,7 +49,7 @@ def run_server(server) -> tuple[bool, list[asyncio.Task]]:  # type: ignore[no-un
     """``serve_then_leave(server)`` on a loop of its own (as ``crow serve`` runs it):
     whether it left, and the tasks still pending then (closed by hand here, where
     ``asyncio.run`` would wait for them forever)."""
-    from crow.agent.slow_exit import serve_then_leave
+    from crow.runtime.slow_exit import serve_then_leave
 
     loop = asyncio.new_event_loop()
     try:
@@ -65,7 +65,7 @@ def run_server(server) -> tuple[bool, list[asyncio.Task]]:  # type: ignore[no-un
 
 
 def test_a_server_that_leaves_a_stubborn_task_behind_still_exits(caplog, monkeypatch):
-    import crow.agent.slow_exit as slow_exit
+    import crow.runtime.slow_exit as slow_exit
 
     monkeypatch.setattr(slow_exit, "LEFTOVER_WAIT_S", 0.1)
     caplog.set_level(logging.WARNING, logger="crow.agent")

@@ -15,14 +15,14 @@ import contextlib
 import functools
 import logging
 from collections.abc import Callable
+from importlib.metadata import version
 
 from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.acp.transports.memory import memory_pair
+from crow.agent.service import CrowAgent
 from crow.config import Config
-from crow.imports import import_off_loop
+from crow.runtime.imports import import_off_loop
 from crow.store.db import open_store
-
-from .service import CrowAgent
 
 __all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent"]
 
@@ -35,8 +35,6 @@ log = logging.getLogger("crow.agent")
 @functools.cache
 def agent_info() -> schema.Implementation:
     """Crow's ``info``, read once per process (a metadata lookup scans ``sys.path``)."""
-    from importlib.metadata import version
-
     return schema.Implementation(name="crow", title="Crow", version=version("crow-cli"))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from crow.gc_tuning import YOUNGEST_THRESHOLD, tune_for_serving
+from crow.runtime.gc_tuning import YOUNGEST_THRESHOLD, tune_for_serving
 
 
 def test_serving_collects_less_often_and_leaves_start_up_objects_alone():
