@@ -21,6 +21,7 @@ setup(
             "pytest-xdist>=3.5",  # .ci/run spreads the suite over two workers
             "ruff==0.17.6",  # pinned: it formats the generated schema module
             "mypy>=1.10",
+            "import-linter>=2.17,<3",  # .ci/run: the layer and no-circle contracts (pyproject)
             "pexpect>=4.8",
             "tokenizers>=0.20",  # the reference crow.memory.wordpiece is tested against
             # The Python SDK's own streamable HTTP client (httpx), driven against crow
