@@ -172,12 +172,7 @@ class ClientSide:
         meta: dict[str, Any] | None = None,
     ) -> Session:
         request = schema.NewSessionRequest(cwd=cwd)
-        if meta:
-            request.meta = meta
-        if mcp_servers:
-            request.mcp_servers = list(mcp_servers)
-        if additional_directories is not None:
-            request.additional_directories = list(additional_directories)
+        _set_session_options(request, meta, mcp_servers, additional_directories)
         response: schema.NewSessionResponse = await self.call("session/new", request)
         return Session(self, response.session_id, response)
 
@@ -212,12 +207,7 @@ class ClientSide:
             request.replay_from = schema.UnknownReplayFrom.model_validate(cursor)
         elif replay:
             request.replay_from = schema.ReplayFromStart()
-        if meta:
-            request.meta = meta
-        if mcp_servers:
-            request.mcp_servers = list(mcp_servers)
-        if additional_directories is not None:
-            request.additional_directories = list(additional_directories)
+        _set_session_options(request, meta, mcp_servers, additional_directories)
         if replay:  # a fresh projection: the replay rebuilds it
             self.projections[session_id] = SessionProjection(session_id)
         if self.v1 is not None:
@@ -483,3 +473,19 @@ class Session:
 
     async def close(self) -> None:
         await self.client.close_session(self.id)
+
+
+def _set_session_options(
+    request: schema.NewSessionRequest | schema.ResumeSessionRequest,
+    meta: dict[str, Any] | None,
+    mcp_servers: Sequence[Any],
+    additional_directories: Sequence[str] | None,
+) -> None:
+    """What session/new and session/resume both carry, set only where given (an
+    unset field stays off the wire)."""
+    if meta:
+        request.meta = meta
+    if mcp_servers:
+        request.mcp_servers = list(mcp_servers)
+    if additional_directories is not None:
+        request.additional_directories = list(additional_directories)
