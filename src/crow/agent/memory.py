@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from crow.extensions import RECALLED
+from crow.extensions import RECALLED, TOOL_NAME
 from crow.ids import new_id
 from crow.memory import has_memories
 from crow.memory.scopes import MemoryError, MemoryPlace
@@ -91,7 +91,7 @@ async def recall_into(turn: TurnContext) -> None:
             "rawInput": {"query": query[:500]},
             "content": [{"type": "content", "content": {"type": "text", "text": shown}}],
             "rawOutput": {"memories": [_raw(hit) for hit in chosen], "search": found.mode},
-            "_meta": {"crow/tool": "memory__recall", RECALLED: True},
+            "_meta": {TOOL_NAME: "memory__recall", RECALLED: True},
         }
     )
     context = (

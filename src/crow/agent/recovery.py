@@ -27,6 +27,7 @@ import orjson
 from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, ToolCall, schema
+from crow.extensions import NOTICE
 from crow.ids import now
 from crow.store.db import SessionRecord, Store
 from crow.store.lease import expiry, owner_alive, this_process
@@ -140,7 +141,7 @@ def _partial_reply(projection: SessionProjection) -> str:
     return "".join(
         e.text
         for e in projection.entries[boundary + 1 :]
-        if isinstance(e, Message) and e.role == "agent" and not (e.meta or {}).get("crow/notice")
+        if isinstance(e, Message) and e.role == "agent" and not (e.meta or {}).get(NOTICE)
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from crow.extensions import WAIT_OVER
+from crow.extensions import NOTICE, WAIT_OVER
 from crow.ids import new_id, now
 from crow.store.aio import AsyncStore, retrieved, settled
 from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
@@ -39,7 +39,7 @@ def note_update(text: str, severity: str) -> dict[str, Any]:
         "sessionUpdate": "agent_message",
         "messageId": new_id("note"),
         "content": [{"type": "text", "text": text}],
-        "_meta": {"crow/notice": severity},
+        "_meta": {NOTICE: severity},
     }
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from crow.extensions import FROM, TURN_ENDED
+from crow.extensions import COMPLETION_TOKENS, FROM, MODEL, PROMPT_TOKENS, TURN_ENDED
 from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
@@ -408,7 +408,7 @@ class Turn:
                 "content": [{"type": "text", "text": text}],
             }
             if reply.model:
-                update["_meta"] = {"crow/model": reply.model}
+                update["_meta"] = {MODEL: reply.model}
             updates.append(update)
         if usage and reply.usage is not None and reply.model is not None:
             updates.append(self.usage_update(reply.model, reply.usage))
@@ -434,9 +434,9 @@ class Turn:
             "used": usage.prompt_tokens + usage.completion_tokens,
             "size": self.host.router.spec(model).context_window,
             "_meta": {
-                "crow/model": model,
-                "crow/promptTokens": usage.prompt_tokens,
-                "crow/completionTokens": usage.completion_tokens,
+                MODEL: model,
+                PROMPT_TOKENS: usage.prompt_tokens,
+                COMPLETION_TOKENS: usage.completion_tokens,
             },
         }
 

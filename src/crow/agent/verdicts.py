@@ -26,7 +26,7 @@ from dataclasses import replace
 from typing import Any
 
 from crow.acp import InvalidParams
-from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, MODEL, VERDICT, VERDICTS, VERIFY
 from crow.ids import new_id, now
 from crow.verdict_proof import KeyHandout, new_key, sign
 
@@ -293,7 +293,7 @@ async def _record_reasoning(
         "content": [{"type": "text", "text": answer}],
     }
     if isinstance(model, str):
-        reply["_meta"] = {"crow/model": model}
+        reply["_meta"] = {MODEL: model}
     await judge.emit(reply)
     await agent.store.append_message(judge.id, {"role": "user", "content": prompt})
     await agent.store.append_message(judge.id, {"role": "assistant", "content": answer})

@@ -36,7 +36,7 @@ from typing import Any
 
 from crow import children
 from crow.config import McpServerSpec
-from crow.extensions import SCOPE_ARGUMENT
+from crow.extensions import SCOPE_ARGUMENT, TOOL_KIND
 from crow.imports import import_off_loop
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
@@ -327,7 +327,7 @@ def _release(server: _Server) -> None:
 def _tool_info(server: _Server, tool: Any) -> ToolInfo:
     meta = tool.meta or {}
     annotations = tool.annotations
-    kind = meta.get("crow/kind")
+    kind = meta.get(TOOL_KIND)
     if kind is None:
         read_only = bool(annotations and annotations.read_only_hint)
         kind = "read" if read_only else "other"
