@@ -27,6 +27,7 @@ import orjson
 from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, ToolCall, schema
+from crow.acp.errors import INTERNAL_ERROR
 from crow.extensions import NOTICE
 from crow.ids import now
 from crow.store.db import SessionRecord, Store
@@ -111,7 +112,7 @@ def closing_for(store: Store, session_id: str) -> Closing:
             "sessionUpdate": "state_update",
             "state": "idle",
             "stopReason": "error",
-            "error": {"code": -32603, "message": INTERRUPTED},
+            "error": {"code": INTERNAL_ERROR, "message": INTERRUPTED},
         }
     )
     return closing

@@ -37,6 +37,7 @@ from typing import Any
 
 import orjson
 
+from crow.acp.errors import INTERNAL_ERROR
 from crow.extensions import COMPLETION_TOKENS, FROM, MODEL, PROMPT_TOKENS, TURN_ENDED
 from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
@@ -202,7 +203,7 @@ class Turn:
             "stopReason": stop,
         }
         if error is not None:
-            update["error"] = {"code": -32603, "message": error}
+            update["error"] = {"code": INTERNAL_ERROR, "message": error}
         if stop != "end_turn":  # history keeps how a turn ended; replay drops state_update
             ended = {k: v for k, v in update.items() if k in ("stopReason", "error")}
             await self.quietly(self.session.emit({"sessionUpdate": TURN_ENDED, **ended}))

@@ -366,8 +366,10 @@ def _http_transport(url: str, headers: dict[str, str]) -> Any:
 def _is_tool_level(exc: BaseException) -> bool:
     """An MCP error answer (bad arguments, unknown tool) rather than a broken server."""
     from mcp.shared.exceptions import MCPError  # the SDK: imported on first use (see the module)
+    from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND  # the SDK's codes: the same
 
-    return isinstance(exc, MCPError) and getattr(exc, "code", 0) in (-32602, -32601)
+    code = getattr(exc, "code", 0)
+    return isinstance(exc, MCPError) and code in (INVALID_PARAMS, METHOD_NOT_FOUND)
 
 
 def _describe(exc: BaseException) -> str:
