@@ -1,22 +1,59 @@
-"""Crow's own names on the ACP wire, shared by the agent and the line client.
+"""Crow's own names on the wire, each in one place: the one registry of ``crow/*`` and
+``_crow/*``.
 
-Both are extensions the protocol allows: other clients ignore them.
+On ACP: ``_meta`` keys, custom methods and session updates (``_crow/...``) and a
+replay cursor type, shared by the agent, the line client and the proxies; other
+clients ignore them, as the protocol allows.  On MCP: the ``_meta`` keys of Crow's
+built-in tools and of their results, which Crow's tool runner reads (other MCP
+hosts ignore them too).  ``tests/unit/test_extensions.py`` fails on a ``crow/``
+string written anywhere else in ``src`` (``crow.acp`` aside: it imports nothing of
+Crow) and on a name here that nothing uses.
 """
 
 __all__ = [
+    "AFTER_CURSOR",
     "APPROVED",
     "BACKGROUND",
+    "COMMAND",
+    "COMPLETION_TOKENS",
+    "CONTENT_TYPE",
+    "CWD",
+    "DIFF",
+    "DROPPED",
+    "EXIT_CODE",
     "FROM",
+    "HTTP_STATUS",
     "INSERT",
     "JUDGE_OF",
     "JUDGING",
+    "LOCATIONS",
     "MAX_VERDICT_CHARS",
+    "MODEL",
+    "MORE",
+    "NEXT",
+    "NOTICE",
+    "PERMISSION_DESCRIPTION",
+    "PERMISSION_TITLE",
+    "PID",
+    "PLAN_STATUS",
     "POST_JUDGING",
     "POST_VERDICT",
+    "PROCESSES",
+    "PROCESS_ID",
+    "PROCESS_STATUS",
+    "PROMPT_TOKENS",
     "QUEUE",
     "RECALLED",
+    "REPLAY_FROM",
     "SCOPE_ARGUMENT",
+    "SEQ",
+    "SIGNAL",
+    "TIMED_OUT",
+    "TOOL_KIND",
+    "TOOL_NAME",
+    "TRUNCATED",
     "TURN_ENDED",
+    "URL",
     "VERDICT",
     "VERDICTS",
     "VERIFIED_ABOVE",
@@ -102,3 +139,91 @@ BACKGROUND = "crow/background"
 #: turn: the session shows a tool call, kind ``think``, with ``_meta[JUDGING]`` the
 #: turn's id, listed in ``state_update.background`` until the verdict is posted.
 POST_JUDGING = "_crow/judging"
+
+
+# ---- ACP: the session log, replay and the agent's own messages --------------------
+
+#: A replay cursor type (``session/resume``'s ``replayFrom``): ``{"type": AFTER_CURSOR,
+#: "seq": N}`` replays the session's updates after the one whose ``SEQ`` is N.
+AFTER_CURSOR = "_crow/after"
+
+#: ``_meta`` key of the ``initialize`` answer's ``agentCapabilities``: the replay cursor
+#: types the agent takes ("start" and ``AFTER_CURSOR``).
+REPLAY_FROM = "crow/replayFrom"
+
+#: ``_meta`` key of every ``session/update`` params a Crow agent sends: the update's
+#: place in the session's log, the ``seq`` of an ``AFTER_CURSOR`` on reconnect.
+SEQ = "crow/seq"
+
+#: ``_meta`` key of an ``agent_message`` from Crow itself, not the model's words (a
+#: retry, a fallback, an interrupted turn): its severity ("info", "warning", "error").
+NOTICE = "crow/notice"
+
+#: ``_meta`` key of an ``agent_message`` (and ``usage_update``): the model that wrote it.
+MODEL = "crow/model"
+
+#: ``_meta`` keys of a ``usage_update``: the tokens of the model's last answer.
+PROMPT_TOKENS = "crow/promptTokens"
+COMPLETION_TOKENS = "crow/completionTokens"
+
+#: ``_meta`` key of a ``tool_call_update``: the qualified tool (``server__tool``) it ran.
+TOOL_NAME = "crow/tool"
+
+# ---- ACP v1: what v1 has no field for (crow.agent.v1) --------------------------------
+
+#: ``_meta`` key of a v1 plan entry: its v2 status, where v1 has no such status.
+PLAN_STATUS = "crow/status"
+
+#: ``_meta`` keys of a v1 ``session/request_permission``: the v2 request's title and
+#: description (v1's ``toolCall`` holds the tool call's own title).
+PERMISSION_TITLE = "crow/title"
+PERMISSION_DESCRIPTION = "crow/description"
+
+# ---- MCP: Crow's built-in tools and their results (crow.servers, crow.tools) --------
+
+#: ``_meta`` key of a tool: its ACP tool kind ("read", "edit", "execute", "search",
+#: "fetch", ...), which sets the permission it needs; trusted servers' tools may set it.
+TOOL_KIND = "crow/kind"
+
+#: ``_meta`` key of a file tool's result: ``[{"path", "line"?}]``, the files it touched.
+LOCATIONS = "crow/locations"
+
+#: ``_meta`` key of a write or edit result: ``{"changes": [...], "patch": <git patch>}``.
+DIFF = "crow/diff"
+
+#: ``_meta`` key of a fetch, read or run result: true when its text was cut short.
+TRUNCATED = "crow/truncated"
+
+#: ``_meta`` keys of a web ``fetch`` result: the final URL (after redirects), its HTTP
+#: status and its media type.
+URL = "crow/url"
+HTTP_STATUS = "crow/status"
+CONTENT_TYPE = "crow/contentType"
+
+#: Process fields, in a terminal tool's result ``_meta`` and in each ``PROCESSES`` row:
+#: the process id of the terminal server (``read_output``'s ``process_id``), its OS pid,
+#: its command line and absolute working directory.
+PROCESS_ID = "crow/id"
+PID = "crow/pid"
+COMMAND = "crow/command"
+CWD = "crow/cwd"
+
+#: Process field: "running" or "exited".
+PROCESS_STATUS = "crow/status"
+
+#: Process fields: the exit code (int, None while running or when killed) and the
+#: signal that ended it ("SIGTERM", or None).
+EXIT_CODE = "crow/exitCode"
+SIGNAL = "crow/signal"
+
+#: ``_meta`` key of a ``run`` result: true when the command ran past its timeout.
+TIMED_OUT = "crow/timedOut"
+
+#: ``_meta`` keys of a ``read_output`` result: the cursor for the next call, the bytes
+#: asked for but gone from the buffer, and the bytes still unread.
+NEXT = "crow/next"
+DROPPED = "crow/dropped"
+MORE = "crow/more"
+
+#: ``_meta`` key of a ``list_processes`` result: a list of the process fields.
+PROCESSES = "crow/processes"

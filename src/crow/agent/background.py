@@ -24,6 +24,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from crow.extensions import PROCESS_ID, PROCESS_STATUS, PROCESSES
 from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub, ToolServerError
 
@@ -61,7 +62,7 @@ async def _follow(
     try:
         await session.set_background(key, {"type": "terminal", "terminalId": key})
         while (status := await _status(hub, server, process_id)) is not None:
-            if status.get("crow/status") != "running":
+            if status.get(PROCESS_STATUS) != "running":
                 ended = status
                 break
             await asyncio.sleep(POLL_S)
@@ -90,7 +91,7 @@ async def _status(hub: ToolHub, server: str, process_id: str) -> dict[str, Any] 
         result = await hub.call(tool, {})
     except ToolServerError:
         return None
-    rows = result.meta.get("crow/processes")
+    rows = result.meta.get(PROCESSES)
     if not isinstance(rows, list):
         return None
-    return next((r for r in rows if isinstance(r, dict) and r.get("crow/id") == process_id), None)
+    return next((r for r in rows if isinstance(r, dict) and r.get(PROCESS_ID) == process_id), None)

@@ -14,11 +14,11 @@ from typing import Any
 
 from crow.acp import schema
 from crow.config import Config
-from crow.ids import now
 from crow.redact import redact_url
 
 from . import compaction, memory
 from .host import TurnContext
+from .updates import title_update
 
 __all__ = ["available_commands", "available_commands_update", "parse", "run"]
 
@@ -99,9 +99,7 @@ async def _title(turn: TurnContext, args: str) -> str:
         return "end_turn"
     turn.session.title = title
     await turn.store.update_session(turn.session.id, title=title)
-    await turn.session.emit(
-        {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
-    )
+    await turn.session.emit(title_update(title))
     await turn.note(f"Renamed this session: {title}", "info")
     return "end_turn"
 

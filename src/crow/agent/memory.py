@@ -16,12 +16,13 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from crow.extensions import RECALLED
+from crow.extensions import RECALLED, TOOL_NAME
 from crow.ids import new_id
 from crow.memory import has_memories
 from crow.memory.scopes import MemoryError, MemoryPlace
 
 from .host import TurnContext
+from .updates import tool_call_update
 
 if TYPE_CHECKING:
     from crow.memory.store import Hit, Memory, MemoryStore
@@ -82,17 +83,16 @@ async def recall_into(turn: TurnContext) -> None:
     count = f"{len(chosen)} memor{'y' if len(chosen) == 1 else 'ies'}"
     shown = listing if found.note is None else f"{listing}\n({found.note})"
     await turn.session.emit(
-        {
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": new_id("tc"),
-            "title": f"Recalled {count}",
-            "kind": "search",
-            "status": "completed",
-            "rawInput": {"query": query[:500]},
-            "content": [{"type": "content", "content": {"type": "text", "text": shown}}],
-            "rawOutput": {"memories": [_raw(hit) for hit in chosen], "search": found.mode},
-            "_meta": {"crow/tool": "memory__recall", RECALLED: True},
-        }
+        tool_call_update(
+            new_id("tc"),
+            title=f"Recalled {count}",
+            kind="search",
+            status="completed",
+            rawInput={"query": query[:500]},
+            content=[{"type": "content", "content": {"type": "text", "text": shown}}],
+            rawOutput={"memories": [_raw(hit) for hit in chosen], "search": found.mode},
+            _meta={TOOL_NAME: "memory__recall", RECALLED: True},
+        )
     )
     context = (
         f"Crow's memory recalled {count} for the prompt above (saved in earlier sessions, "

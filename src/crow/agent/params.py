@@ -12,12 +12,11 @@ from typing import Any
 
 from crow.acp import InvalidParams, schema
 from crow.config import Config
-from crow.extensions import JUDGE_OF
+from crow.extensions import AFTER_CURSOR, JUDGE_OF, SEQ
 from crow.models.router import ModelRouter
 from crow.store.db import SessionRecord
 
 __all__ = [
-    "AFTER_CURSOR",
     "SUPPORTED_REPLAY",
     "absolute",
     "config_options",
@@ -27,8 +26,7 @@ __all__ = [
     "session_info",
 ]
 
-#: Crow's own replay cursor: {"type": "_crow/after", "seq": N} replays the updates after N.
-AFTER_CURSOR = "_crow/after"
+#: The replay cursor types a resume takes ("start": the whole log).
 SUPPORTED_REPLAY = ("start", AFTER_CURSOR)
 
 
@@ -76,7 +74,7 @@ def replay_cursor(replay: Any) -> int | None:
     if type(seq) is not int or seq < 0:
         raise InvalidParams(
             f"Unsupported replay cursor {kind!r}: this agent supports {list(SUPPORTED_REPLAY)}"
-            f' ({AFTER_CURSOR} takes "seq", the last params._meta["crow/seq"] seen)',
+            f' ({AFTER_CURSOR} takes "seq", the last params._meta["{SEQ}"] seen)',
             data={"replayFrom": kind},
         )
     return seq

@@ -27,11 +27,12 @@ import orjson
 from pydantic import ValidationError
 
 from crow.acp import Message, SessionProjection, ToolCall, schema
+from crow.extensions import NOTICE
 from crow.ids import now
 from crow.store.db import SessionRecord, Store
 from crow.store.lease import expiry, owner_alive, this_process
 
-from .session import note_update
+from .updates import idle_update, note_update, tool_call_update
 
 __all__ = ["INTERRUPTED", "Closing", "close_interrupted_turns", "closing_for", "is_orphaned"]
 
@@ -105,14 +106,7 @@ def closing_for(store: Store, session_id: str) -> Closing:
         if call.status not in _FINISHED_TOOL_STATES:
             closing.updates += _failed(call.tool_call_id)
     closing.updates.append(note_update(INTERRUPTED, "error"))
-    closing.updates.append(
-        {
-            "sessionUpdate": "state_update",
-            "state": "idle",
-            "stopReason": "error",
-            "error": {"code": -32603, "message": INTERRUPTED},
-        }
-    )
+    closing.updates.append(idle_update("error", INTERRUPTED))
     return closing
 
 
@@ -140,7 +134,7 @@ def _partial_reply(projection: SessionProjection) -> str:
     return "".join(
         e.text
         for e in projection.entries[boundary + 1 :]
-        if isinstance(e, Message) and e.role == "agent" and not (e.meta or {}).get("crow/notice")
+        if isinstance(e, Message) and e.role == "agent" and not (e.meta or {}).get(NOTICE)
     )
 
 
@@ -164,10 +158,7 @@ def _failed(tool_call_id: str) -> list[dict[str, Any]]:
             "toolCallId": tool_call_id,
             "content": {"type": "content", "content": {"type": "text", "text": TOOL_INTERRUPTED}},
         },
-        {
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": tool_call_id,
-            "status": "failed",
-            "rawOutput": {"text": TOOL_INTERRUPTED, "isError": True},
-        },
+        tool_call_update(
+            tool_call_id, status="failed", rawOutput={"text": TOOL_INTERRUPTED, "isError": True}
+        ),
     ]

@@ -43,7 +43,7 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
-from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, VERIFY
+from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, REPLAY_FROM, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.runtime.quiet import MemoryRelease
@@ -118,7 +118,7 @@ class CrowAgent:
                 additional_directories=schema.SessionAdditionalDirectoriesCapabilities(),
             ),
             # Crow's resumable cursor, and whether its judge verifies sessions (crow/verify)
-            meta={"crow/replayFrom": list(SUPPORTED_REPLAY), VERIFY: self.judge is not None},
+            meta={REPLAY_FROM: list(SUPPORTED_REPLAY), VERIFY: self.judge is not None},
         )
 
     def attach(self, side: AgentSide, *, follower: bool = False) -> Watcher:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import orjson
 
 from crow.extensions import WAIT_OVER
-from crow.ids import new_id, now
+from crow.ids import now
 from crow.store.aio import AsyncStore, retrieved, settled
 from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
 from crow.tools.hub import ToolHub
@@ -25,22 +25,13 @@ from crow.tools.permissions import Permissions
 
 from .asking import Question
 from .queue import HeldPrompts
+from .updates import note_update, state_update
 from .watchers import Watcher
 
-__all__ = ["LiveSession", "RunningTurn", "note_update"]
+__all__ = ["LiveSession", "RunningTurn"]
 
 #: A wait shorter than this is not worth a notice: it would flicker past.
 NOTICE_WAITS_AFTER_S = 0.25
-
-
-def note_update(text: str, severity: str) -> dict[str, Any]:
-    """A message for the user from Crow itself (not the model's words), as an update."""
-    return {
-        "sessionUpdate": "agent_message",
-        "messageId": new_id("note"),
-        "content": [{"type": "text", "text": text}],
-        "_meta": {"crow/notice": severity},
-    }
 
 
 class RunningTurn(Protocol):
@@ -346,7 +337,7 @@ class LiveSession:
 
     def state_snapshot(self) -> dict[str, Any]:
         """The current foreground state, as sent after every resume."""
-        update: dict[str, Any] = {"sessionUpdate": "state_update", "state": self.state}
+        update = state_update(self.state)
         if self.state == "idle" and self.stop_reason:
             update["stopReason"] = self.stop_reason
         self._with_background(update)

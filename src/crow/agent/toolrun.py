@@ -28,6 +28,7 @@ from crow.tools.surface import ToolCallView
 from .asking import Question
 from .background import follow_process
 from .preview import fs_diff
+from .updates import state_update
 
 if TYPE_CHECKING:
     from .session import LiveSession
@@ -178,13 +179,13 @@ class ToolRunner:
         question = Question(request)
         self.open_questions += 1
         if self.open_questions == 1:
-            await session.emit({"sessionUpdate": "state_update", "state": "requires_action"})
+            await session.emit(state_update("requires_action"))
         try:
             outcome = await session.ask(question)
         finally:
             self.open_questions -= 1
         if self.open_questions == 0:
-            await session.emit({"sessionUpdate": "state_update", "state": "running"})
+            await session.emit(state_update("running"))
         return outcome
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from crow.extensions import FROM, TURN_ENDED
+from crow.extensions import COMPLETION_TOKENS, MODEL, PROMPT_TOKENS, TURN_ENDED
 from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
@@ -55,8 +55,17 @@ from . import commands, compaction, instructions, memory
 from .history import DURING_REPLY, estimate_tokens, in_model_order
 from .host import TurnHost
 from .reply import Reply, accumulate, add_delta, tell
-from .session import LiveSession, note_update
+from .session import LiveSession
 from .toolrun import ToolRunner
+from .updates import (
+    agent_message,
+    agent_thought,
+    idle_update,
+    note_update,
+    state_update,
+    title_update,
+    user_message,
+)
 
 __all__ = ["Turn"]
 
@@ -182,27 +191,15 @@ class Turn:
 
     async def begin(self) -> None:
         session = self.session
-        user: dict[str, Any] = {
-            "sessionUpdate": "user_message",
-            "messageId": self.message_id,
-            "content": [b.to_wire() for b in self.blocks],
-        }
-        if self.origin is not None:
-            user["_meta"] = {FROM: self.origin}
-        running = {"sessionUpdate": "state_update", "state": "running"}
+        user = user_message(self.message_id, [b.to_wire() for b in self.blocks], self.origin)
+        running = state_update("running")
         # A slash command is answered without the model: not in its history.
         prompt = [{"role": "user", "content": self.content}] if self.command is None else []
         await session.emit_together(user, running, transcript=prompt)
 
     async def finish(self, stop: str, error: str | None) -> None:
         self.stop_reason, self.error = stop, error
-        update: dict[str, Any] = {
-            "sessionUpdate": "state_update",
-            "state": "idle",
-            "stopReason": stop,
-        }
-        if error is not None:
-            update["error"] = {"code": -32603, "message": error}
+        update = idle_update(stop, error)
         if stop != "end_turn":  # history keeps how a turn ended; replay drops state_update
             ended = {k: v for k, v in update.items() if k in ("stopReason", "error")}
             await self.quietly(self.session.emit({"sessionUpdate": TURN_ENDED, **ended}))
@@ -228,9 +225,7 @@ class Turn:
         title = " ".join(text.split())[:TITLE_CHARS] or "Untitled"
         self.session.title = title
         await self.store.update_session(self.session.id, title=title)
-        await self.session.emit(
-            {"sessionUpdate": "session_info_update", "title": title, "updatedAt": now()}
-        )
+        await self.session.emit(title_update(title))
 
     async def handle_command(self) -> str | None:
         """A slash command is answered here, without the model."""
@@ -291,13 +286,7 @@ class Turn:
         (shown to every watcher, and in the model's history)."""
         message_id = new_id("msg")
         self.steers += 1
-        user: dict[str, Any] = {
-            "sessionUpdate": "user_message",
-            "messageId": message_id,
-            "content": [b.to_wire() for b in blocks],
-        }
-        if origin is not None:
-            user["_meta"] = {FROM: origin}
+        user = user_message(message_id, [b.to_wire() for b in blocks], origin)
         prompt: dict[str, Any] = {"role": "user", "content": content}
         if self.in_reply:  # it belongs after the reply the model is giving now
             prompt[DURING_REPLY] = True
@@ -382,13 +371,7 @@ class Turn:
         if burst:
             await session.emit_together(*burst)
         if reply.reasoning:
-            await session.emit(
-                {
-                    "sessionUpdate": "agent_thought",
-                    "messageId": thought_id,
-                    "content": [{"type": "text", "text": "".join(reply.reasoning)}],
-                }
-            )
+            await session.emit(agent_thought(thought_id, "".join(reply.reasoning)))
         for index, call in reply.tool_calls.items():
             call["id"] = call["id"] or f"call_{reply.message_id}_{index}"
         self.reply = None  # recorded whole below, even if the turn is cancelled meanwhile
@@ -402,14 +385,8 @@ class Turn:
         text = "".join(reply.text)
         updates = []
         if text or not reply.tool_calls:
-            update: dict[str, Any] = {
-                "sessionUpdate": "agent_message",
-                "messageId": reply.message_id,
-                "content": [{"type": "text", "text": text}],
-            }
-            if reply.model:
-                update["_meta"] = {"crow/model": reply.model}
-            updates.append(update)
+            meta = {MODEL: reply.model} if reply.model else None
+            updates.append(agent_message(reply.message_id, text, meta))
         if usage and reply.usage is not None and reply.model is not None:
             updates.append(self.usage_update(reply.model, reply.usage))
         message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -434,9 +411,9 @@ class Turn:
             "used": usage.prompt_tokens + usage.completion_tokens,
             "size": self.host.router.spec(model).context_window,
             "_meta": {
-                "crow/model": model,
-                "crow/promptTokens": usage.prompt_tokens,
-                "crow/completionTokens": usage.completion_tokens,
+                MODEL: model,
+                PROMPT_TOKENS: usage.prompt_tokens,
+                COMPLETION_TOKENS: usage.completion_tokens,
             },
         }
 

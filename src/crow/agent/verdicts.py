@@ -26,12 +26,13 @@ from dataclasses import replace
 from typing import Any
 
 from crow.acp import InvalidParams
-from crow.extensions import FROM, JUDGING, MAX_VERDICT_CHARS, VERDICT, VERDICTS, VERIFY
+from crow.extensions import JUDGING, MAX_VERDICT_CHARS, MODEL, VERDICT, VERDICTS, VERIFY
 from crow.ids import new_id, now
 from crow.verdict_proof import KeyHandout, new_key, sign
 
 from .host import SessionHost
 from .session import LiveSession
+from .updates import agent_message, text_content, tool_call_update, user_message
 from .watchers import Watcher
 
 __all__ = [
@@ -171,14 +172,8 @@ async def post_verdict(
         verdict = {**verdict, "judgeSessionId": judge}
         answer["judgeSessionId"] = judge
     message_id = new_id("msg")
-    seq = await worker.emit(
-        {
-            "sessionUpdate": "agent_message",
-            "messageId": message_id,
-            "content": [{"type": "text", "text": text}],
-            "_meta": {VERDICT: sign(key, worker.id, {**verdict, "verifier": verifier}, text)},
-        }
-    )
+    signed = sign(key, worker.id, {**verdict, "verifier": verifier}, text)
+    seq = await worker.emit(agent_message(message_id, text, {VERDICT: signed}))
     if seq is not None:
         await _remember(agent, worker, judgedSeq=seq)
     await close_judging(agent, worker, "completed")  # after its verdict: it ends the work
@@ -202,14 +197,13 @@ async def judging_started(
     await close_judging(agent, worker, "failed")  # one left open by a judge that stopped
     call_id = new_id("judging")
     await worker.emit(
-        {
-            "sessionUpdate": "tool_call_update",
-            "toolCallId": call_id,
-            "title": "The judge checks the turn",
-            "kind": "think",
-            "status": "in_progress",
-            "_meta": {JUDGING: turn},
-        }
+        tool_call_update(
+            call_id,
+            title="The judge checks the turn",
+            kind="think",
+            status="in_progress",
+            _meta={JUDGING: turn},
+        )
     )
     await _remember(agent, worker, judgingCall=call_id)
     await worker.set_background(call_id, {"type": "tool_call", "toolCallId": call_id})
@@ -222,9 +216,7 @@ async def close_judging(agent: SessionHost, worker: LiveSession, status: str) ->
     call_id = worker.record.config.get("judgingCall")
     if not isinstance(call_id, str):
         return
-    await worker.emit(
-        {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status}
-    )
+    await worker.emit(tool_call_update(call_id, status=status))
     await _remember(agent, worker, judgingCall=None)
     await worker.set_background(call_id, None)
 
@@ -279,22 +271,9 @@ async def _record_reasoning(
     """Add one exchange to the worker's judge session (made on first use, or anew
     when somebody is prompting it); returns its id."""
     judge = await _judge_session(agent, worker)
-    await judge.emit(
-        {
-            "sessionUpdate": "user_message",
-            "messageId": new_id("msg"),
-            "content": [{"type": "text", "text": prompt}],
-            "_meta": {FROM: "judge"},
-        }
-    )
-    reply: dict[str, Any] = {
-        "sessionUpdate": "agent_message",
-        "messageId": new_id("msg"),
-        "content": [{"type": "text", "text": answer}],
-    }
-    if isinstance(model, str):
-        reply["_meta"] = {"crow/model": model}
-    await judge.emit(reply)
+    await judge.emit(user_message(new_id("msg"), text_content(prompt), origin="judge"))
+    meta = {MODEL: model} if isinstance(model, str) else None
+    await judge.emit(agent_message(new_id("msg"), answer, meta))
     await agent.store.append_message(judge.id, {"role": "user", "content": prompt})
     await agent.store.append_message(judge.id, {"role": "assistant", "content": answer})
     agent.unload_if_unwatched(judge)

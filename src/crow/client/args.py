@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from crow.acp.errors import RESOURCE_NOT_FOUND
 from crow.config import ConfigError, Paths, load_config
 
 __all__ = ["no_such_session", "serve_options", "usage_problem"]
@@ -42,4 +43,4 @@ def usage_problem(args: argparse.Namespace) -> str | None:
 
 def no_such_session(exc: BaseException, session: str | None) -> bool:
     """The agent answered ``--session`` with -32002: there is no such session."""
-    return bool(session) and getattr(exc, "code", None) == -32002
+    return bool(session) and getattr(exc, "code", None) == RESOURCE_NOT_FOUND

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from crow.acp import ClientSide, Message, Session
-from crow.extensions import VERIFY
+from crow.extensions import NOTICE, VERIFY
 from crow.verdict_proof import KeyHandout, key_handout, proven_verdict
 
 __all__ = [
@@ -34,7 +34,7 @@ NO_JUDGE_V1 = (
     "proxy judge in front of it (crow conductor agent 'crow proxy judge' 'AGENT ...')"
 )
 NO_KEY = (
-    "--verify: the agent answered without a verifier's key (_meta crow/verify), so no "
+    f"--verify: the agent answered without a verifier's key (_meta {VERIFY}), so no "
     "verdict of its could be told from a forged one"
 )
 #: How much of what the judge said an "unknown" explanation quotes.
@@ -69,7 +69,7 @@ class Verdicts:
         if message is None:
             return False
         meta = message.meta
-        return (isinstance(meta, dict) and "crow/notice" in meta) or self.of(message) is not None
+        return (isinstance(meta, dict) and NOTICE in meta) or self.of(message) is not None
 
 
 def unknown_line(verdict: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..extensions import TOOL_KIND
 from ..extras import embedded_available
 from ..private import private_dir, write_private
 from ..tls import client_context
@@ -41,7 +42,8 @@ HEADER = """\
 # writes it again (after you start ollama or pull a model, say).
 """
 
-REST = """\
+# An f-string only for the wire name it mentions: its braces are doubled.
+REST = f"""\
 [tools]
 builtin = ["fs", "terminal", "web", "memory"]   # built-in MCP servers of every session
 timeout_s = 120                       # one tool call
@@ -70,14 +72,14 @@ yolo = false          # true: run every tool without asking
 # [mcp.servers.github]
 # command = "/usr/local/bin/github-mcp-server"
 # args = ["stdio"]
-# env = { GITHUB_TOKEN = "..." }
+# env = {{ GITHUB_TOKEN = "..." }}
 # timeout_s = 60
-# trusted = false   # true: its tools' own hints (read-only, crow/kind) set their permission;
+# trusted = false   # true: its tools' own hints (read-only, {TOOL_KIND}) set their permission;
 #                    otherwise every tool of it asks like "other"
 
 [mcp]
 ask_client_servers = false   # true: ask before starting an MCP server a client names
-acp_servers = false          # true: accept {"type": "acp"} servers the client serves itself
+acp_servers = false          # true: accept {{"type": "acp"}} servers the client serves itself
                              # (MCP over ACP, an unstable ACP v2 surface)
 
 [store]               # where sessions live: $CROW_HOME/crow.db (SQLite), unless

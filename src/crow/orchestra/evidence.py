@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..extensions import EXIT_CODE
 from .verdict import Check
 
 __all__ = ["CHECK_TAIL_CHARS", "run_check"]
@@ -24,5 +25,5 @@ async def run_check(command: str, cwd: str, timeout_s: float = 300.0) -> Check:
         result = await terminal.call_tool("run", {"command": command, "timeout_s": timeout_s})
     text = "".join(getattr(block, "text", "") for block in result.content)
     meta = result.meta or {}
-    code = meta.get("crow/exitCode")
+    code = meta.get(EXIT_CODE)
     return Check(command, code if isinstance(code, int) else None, text[-CHECK_TAIL_CHARS:])

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crow.acp import ClientSide
-from crow.extensions import FROM, JUDGING, VERDICT
+from crow.extensions import FROM, JUDGING, NOTICE, VERDICT
 
 from .verdict import OUTPUT_CHARS, ToolCallView, TurnView
 
@@ -114,7 +114,7 @@ class LiveTurns:
             if self.replaying and isinstance(verdict, dict):
                 if verdict.get("turnMessageId") == self.current.message_id:
                     self.current = None  # judged before: the history holds its verdict
-            elif VERDICT not in meta and "crow/notice" not in meta:
+            elif VERDICT not in meta and NOTICE not in meta:
                 self.messages.append(update.message_id)
         elif kind == "tool_call_update":
             if JUDGING in _meta(update):  # a judge's own (in a replay): not the turn's

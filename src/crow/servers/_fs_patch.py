@@ -11,6 +11,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
+from ..extensions import DIFF, LOCATIONS
 from ._fs_text import count_lines, split_lines
 
 Meta = dict[str, Any]
@@ -45,8 +46,8 @@ def diff_meta(path: Path, old: str | None, new: str, line: int) -> Meta:
     operation = "add" if old is None else "modify"
     change = {"operation": operation, "path": str(path), "fileType": "text"}
     return {
-        "crow/diff": {"changes": [change], "patch": git_patch(path, old, new)},
-        "crow/locations": [{"path": str(path), "line": line}],
+        DIFF: {"changes": [change], "patch": git_patch(path, old, new)},
+        LOCATIONS: [{"path": str(path), "line": line}],
     }
 
 

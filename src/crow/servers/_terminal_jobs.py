@@ -17,6 +17,22 @@ from typing import Any
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent
 
+from ..extensions import (
+    BACKGROUND,
+    COMMAND,
+    CWD,
+    DROPPED,
+    EXIT_CODE,
+    MORE,
+    NEXT,
+    PID,
+    PROCESS_ID,
+    PROCESS_STATUS,
+    PROCESSES,
+    SIGNAL,
+    TIMED_OUT,
+    TRUNCATED,
+)
 from ._terminal_output import HeadTail, ProgressStream, decode, status_line, utf8_end, with_status
 from ._terminal_process import Child, shielded, spawn, start_failure
 
@@ -54,13 +70,13 @@ class _Background:
         assert self.child is not None
         code, sig = self.child.status()
         return {
-            "crow/id": self.id,
-            "crow/pid": self.child.pid,
-            "crow/command": self.child.command,
-            "crow/cwd": str(self.child.cwd),
-            "crow/status": "running" if self.child.running else "exited",
-            "crow/exitCode": code,
-            "crow/signal": sig,
+            PROCESS_ID: self.id,
+            PID: self.child.pid,
+            COMMAND: self.child.command,
+            CWD: str(self.child.cwd),
+            PROCESS_STATUS: "running" if self.child.running else "exited",
+            EXIT_CODE: code,
+            SIGNAL: sig,
         }
 
 
@@ -138,12 +154,12 @@ class Terminal:
         code, sig = child.status()
         status = f"[killed after timeout of {timeout:g} s]" if timed_out else status_line(code, sig)
         meta: Meta = {
-            "crow/command": command,
-            "crow/cwd": str(workdir),
-            "crow/exitCode": code,
-            "crow/signal": sig,
-            "crow/timedOut": timed_out,
-            "crow/truncated": capture.omitted > 0,
+            COMMAND: command,
+            CWD: str(workdir),
+            EXIT_CODE: code,
+            SIGNAL: sig,
+            TIMED_OUT: timed_out,
+            TRUNCATED: capture.omitted > 0,
         }
         return _result(with_status(capture.text(), status), meta)
 
@@ -166,11 +182,11 @@ class Terminal:
             return _error(start_failure(exc))
         self.background[entry.id] = entry
         meta: Meta = {
-            "crow/id": entry.id,
-            "crow/pid": entry.child.pid,
-            "crow/command": command,
-            "crow/cwd": str(workdir),
-            "crow/background": entry.id,  # it runs on after this call: a host may watch it
+            PROCESS_ID: entry.id,
+            PID: entry.child.pid,
+            COMMAND: command,
+            CWD: str(workdir),
+            BACKGROUND: entry.id,  # it runs on after this call: a host may watch it
         }
         return _result(f"Started {entry.id} (pid {entry.child.pid}): {command}", meta)
 
@@ -210,7 +226,7 @@ class Terminal:
             text = with_status(text, f"[... {more} more bytes: call output with since={cursor}]")
         code, sig = entry.child.status()
         text = with_status(text, status_line(code, sig, running=entry.child.running))
-        meta = entry.fields() | {"crow/next": cursor, "crow/dropped": dropped, "crow/more": more}
+        meta = entry.fields() | {NEXT: cursor, DROPPED: dropped, MORE: more}
         return _result(text, meta)
 
     async def stop(self, id: str) -> CallToolResult:
@@ -226,20 +242,20 @@ class Terminal:
         text = f"[... {dropped} earlier bytes are no longer kept ...]\n" if dropped else ""
         text += rest.text()
         code, sig = entry.child.status()
-        meta = entry.fields() | {"crow/next": cursor, "crow/truncated": rest.omitted > 0}
+        meta = entry.fields() | {NEXT: cursor, TRUNCATED: rest.omitted > 0}
         return _result(with_status(text, status_line(code, sig)), meta)
 
     def list_processes(self) -> CallToolResult:
         rows = [entry.fields() for entry in self.background.values()]
         lines = []
         for row in rows:
-            if row["crow/status"] == "running":
+            if row[PROCESS_STATUS] == "running":
                 state = "running"
             else:
-                state = status_line(row["crow/exitCode"], row["crow/signal"]).strip("[]")
-            lines.append(f"{row['crow/id']}  pid {row['crow/pid']}  {state}  {row['crow/command']}")
+                state = status_line(row[EXIT_CODE], row[SIGNAL]).strip("[]")
+            lines.append(f"{row[PROCESS_ID]}  pid {row[PID]}  {state}  {row[COMMAND]}")
         text = "\n".join(lines) if lines else "No background processes."
-        return _result(text, {"crow/processes": rows})
+        return _result(text, {PROCESSES: rows})
 
     async def _end(self, child: Child) -> None:
         await child.terminate()

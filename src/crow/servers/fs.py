@@ -42,6 +42,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ..extensions import LOCATIONS, TOOL_KIND
 from ._fs_edit import replace_text
 from ._fs_patch import Meta as Meta
 from ._fs_patch import diff_meta, first_changed_line
@@ -140,7 +141,7 @@ class FsTools:
                     break
                 out.append(entry)
         last = offset + len(out) - 1
-        meta: Meta = {"crow/locations": [{"path": str(file), "line": offset}]}
+        meta: Meta = {LOCATIONS: [{"path": str(file), "line": offset}]}
         if not out:
             if offset == 1:
                 return _result(f"{file} is empty.", meta)
@@ -193,7 +194,7 @@ class FsTools:
             entries, full = list_entries(self.roots, base, fd, depth, LIST_MAX_ENTRIES)
         finally:
             os.close(fd)
-        meta: Meta = {"crow/locations": [{"path": str(base)}]}
+        meta: Meta = {LOCATIONS: [{"path": str(base)}]}
         if not entries:
             return _result(f"{base}/ is empty.", meta)
         out = [f"{base}/", *entries]
@@ -213,7 +214,7 @@ class FsTools:
             found = glob_files(self.roots, base, fd, pattern)
         finally:
             os.close(fd)
-        meta: Meta = {"crow/locations": [{"path": str(base)}]}
+        meta: Meta = {LOCATIONS: [{"path": str(base)}]}
         if not found:
             return _result(f"No files match {pattern!r} under {base}.", meta)
         found.sort(key=lambda item: (-item[0], item[1]))
@@ -255,7 +256,7 @@ class FsTools:
                         out.append(f"{rel}:{n}:{cut(line, GREP_LINE_CHARS)}")
                 if capped:
                     break
-        meta: Meta = {"crow/locations": [{"path": str(base)}]}
+        meta: Meta = {LOCATIONS: [{"path": str(base)}]}
         if not out:
             return _result(f"No matches for {pattern!r} under {base}.", meta)
         if capped:
@@ -363,7 +364,7 @@ def build_server(roots: Roots) -> MCPServer:
         (grep, "grep", "search", _READ_ONLY),
     ]  # fmt: skip
     for fn, name, kind, hints in registrations:
-        server.add_tool(fn, name=name, annotations=hints, meta={"crow/kind": kind})
+        server.add_tool(fn, name=name, annotations=hints, meta={TOOL_KIND: kind})
     return server
 
 

@@ -35,7 +35,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from ..config import ConfigError, load_config
-from ..extensions import APPROVED, SCOPE_ARGUMENT
+from ..extensions import APPROVED, SCOPE_ARGUMENT, TOOL_KIND
 from ..memory.scopes import OWN, READ_ALL, MemoryError, MemoryPlace
 from ._stdio import run_stdio
 
@@ -170,7 +170,7 @@ def build_server(
         (list_memories, "list_memories", "read", reads),
     ]  # fmt: skip
     for fn, name, kind, hints in registrations:
-        meta: dict[str, Any] = {"crow/kind": kind}
+        meta: dict[str, Any] = {TOOL_KIND: kind}
         if fn is remember and approvals:
             meta[SCOPE_ARGUMENT] = "scope"  # Crow asks before a write beyond the place
         server.add_tool(fn, name=name, annotations=hints, meta=meta)

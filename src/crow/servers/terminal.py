@@ -60,6 +60,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
+from ..extensions import NEXT, TOOL_KIND
 from ._stdio import run_stdio
 from ._terminal_jobs import Meta as Meta
 from ._terminal_jobs import Terminal
@@ -82,8 +83,8 @@ RING_BYTES = 1024 * 1024
 
 # -- the server ---------------------------------------------------------------------------
 
-EXECUTE = {"crow/kind": "execute"}
-READ = {"crow/kind": "read"}
+EXECUTE = {TOOL_KIND: "execute"}
+READ = {TOOL_KIND: "read"}
 
 CommandArg = Annotated[str, Field(description="A /bin/sh command line.")]
 CwdArg = Annotated[
@@ -148,7 +149,7 @@ def build_server(
         id: IdArg,
         since: Annotated[
             int,
-            Field(ge=0, description="Byte offset to read from: the previous call's crow/next."),
+            Field(ge=0, description=f"Byte offset to read from: the previous call's {NEXT}."),
         ] = 0,
     ) -> CallToolResult:
         """Read a background process's output from a byte offset, and whether it still runs."""

@@ -23,6 +23,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
+from ..extensions import CONTENT_TYPE, HTTP_STATUS, TOOL_KIND, TRUNCATED, URL
 from ..redact import redact_url
 from ._stdio import run_stdio
 from ._web_guard import parse_allow_host
@@ -128,10 +129,10 @@ async def _fetch(web: Web, url: str, limit: int) -> CallToolResult:
         raise ToolError(f"Refused: {url!r} has no host.")
     resp = await web.get(url, accept=_ACCEPT, readable=True, guarded=True)
     meta: dict[str, Any] = {
-        "crow/url": resp.url,
-        "crow/status": resp.status,
-        "crow/contentType": resp.media_type,
-        "crow/truncated": False,
+        URL: resp.url,
+        HTTP_STATUS: resp.status,
+        CONTENT_TYPE: resp.media_type,
+        TRUNCATED: False,
     }
     if resp.body is None and resp.status >= 400:
         text = f"{resp.url} answered HTTP {resp.status} {resp.reason}."
@@ -162,7 +163,7 @@ async def _fetch(web: Web, url: str, limit: int) -> CallToolResult:
             f"{text[:limit]}\n\n"
             f"[truncated: {more} more characters; call fetch with a larger max_chars]"
         )
-        meta["crow/truncated"] = True
+        meta[TRUNCATED] = True
     return _result(text, meta=meta)
 
 
@@ -198,7 +199,7 @@ def build_server(
             "snippet; read a result with `fetch`."
         ),
         annotations=annotations,
-        meta={"crow/kind": "search"},
+        meta={TOOL_KIND: "search"},
     )
     async def search(
         query: Annotated[str, Field(description="What to search for.")],
@@ -216,7 +217,7 @@ def build_server(
             "Long output is truncated to max_chars."
         ),
         annotations=annotations,
-        meta={"crow/kind": "fetch"},
+        meta={TOOL_KIND: "fetch"},
     )
     async def fetch(
         url: Annotated[str, Field(description="The http or https URL to fetch.")],

@@ -169,7 +169,7 @@ class AcpMcpTransport(_RawMcp):
                 self._resolve(message)
 
     async def _forward_request(self, request: Any) -> None:
-        from mcp_types import JSONRPCResponse  # the SDK: see the note at the top
+        from mcp_types import CONNECTION_CLOSED, JSONRPCResponse  # the SDK: see the note at the top
 
         try:
             result = await self.links.peer.request(MCP_MESSAGE, self._envelope(request))
@@ -179,7 +179,7 @@ class AcpMcpTransport(_RawMcp):
         except AcpError as exc:
             reply = {"jsonrpc": "2.0", "id": request.id, "error": exc.to_error()}
         except ConnectionError as exc:
-            error = {"code": -32000, "message": f"the ACP client went away: {exc}"}
+            error = {"code": CONNECTION_CLOSED, "message": f"the ACP client went away: {exc}"}
             reply = {"jsonrpc": "2.0", "id": request.id, "error": error}
         await self._send(reply)
 

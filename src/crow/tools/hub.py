@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crow.config import McpServerSpec
-from crow.extensions import SCOPE_ARGUMENT
+from crow.extensions import SCOPE_ARGUMENT, TOOL_KIND
 from crow.runtime import children
 from crow.runtime.imports import import_off_loop
 
@@ -327,7 +327,7 @@ def _release(server: _Server) -> None:
 def _tool_info(server: _Server, tool: Any) -> ToolInfo:
     meta = tool.meta or {}
     annotations = tool.annotations
-    kind = meta.get("crow/kind")
+    kind = meta.get(TOOL_KIND)
     if kind is None:
         read_only = bool(annotations and annotations.read_only_hint)
         kind = "read" if read_only else "other"
@@ -366,8 +366,10 @@ def _http_transport(url: str, headers: dict[str, str]) -> Any:
 def _is_tool_level(exc: BaseException) -> bool:
     """An MCP error answer (bad arguments, unknown tool) rather than a broken server."""
     from mcp.shared.exceptions import MCPError  # the SDK: imported on first use (see the module)
+    from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND  # the SDK's codes: the same
 
-    return isinstance(exc, MCPError) and getattr(exc, "code", 0) in (-32602, -32601)
+    code = getattr(exc, "code", 0)
+    return isinstance(exc, MCPError) and code in (INVALID_PARAMS, METHOD_NOT_FOUND)
 
 
 def _describe(exc: BaseException) -> str:

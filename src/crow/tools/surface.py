@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from crow.extensions import BACKGROUND
+from crow.extensions import BACKGROUND, DIFF, EXIT_CODE, LOCATIONS, SIGNAL, TOOL_NAME
 
 from .hub import ToolInfo, ToolResult
 
@@ -91,7 +91,7 @@ class ToolCallView:
             "kind": self.tool.kind,
             "status": "pending",
             "rawInput": self.args,
-            "_meta": {"crow/tool": self.tool.qualified},
+            "_meta": {TOOL_NAME: self.tool.qualified},
         }
         path = self.args.get("path")
         if isinstance(path, str):
@@ -136,7 +136,7 @@ class ToolCallView:
         else:
             for block in result.content:
                 await self._content({"type": "content", "content": block})
-        diff = meta.get("crow/diff")
+        diff = meta.get(DIFF)
         if isinstance(diff, dict) and isinstance(diff.get("changes"), list):
             item: dict[str, Any] = {"type": "diff", "changes": diff["changes"]}
             if isinstance(diff.get("patch"), str) and diff["patch"]:
@@ -148,7 +148,7 @@ class ToolCallView:
             "status": "failed" if result.is_error else "completed",
             "rawOutput": {"text": result.text[:RAW_OUTPUT_CHARS], "isError": result.is_error},
         }
-        locations = meta.get("crow/locations")
+        locations = meta.get(LOCATIONS)
         if isinstance(locations, list) and locations:
             update["locations"] = locations
         await self.emit(update)
@@ -183,10 +183,10 @@ class ToolCallView:
 
     async def _exit_status(self, meta: dict[str, Any]) -> None:
         status: dict[str, Any] = {}
-        if isinstance(meta.get("crow/exitCode"), int):
-            status["exitCode"] = meta["crow/exitCode"]
-        if isinstance(meta.get("crow/signal"), str):
-            status["signal"] = meta["crow/signal"]
+        if isinstance(meta.get(EXIT_CODE), int):
+            status["exitCode"] = meta[EXIT_CODE]
+        if isinstance(meta.get(SIGNAL), str):
+            status["signal"] = meta[SIGNAL]
         await self.emit(
             {
                 "sessionUpdate": "terminal_update",

@@ -41,6 +41,7 @@ from acp.exceptions import RequestError
 from pydantic import BaseModel, ValidationError
 
 from crow.acp import AcpError, schema
+from crow.acp.errors import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from crow.acp.jsonrpc import EOF_GRACE_S, Transport
 from crow.acp.router import MessageTransport
 
@@ -54,9 +55,6 @@ log = logging.getLogger("crow.agent")
 
 PROTOCOL_VERSION = 1
 V1_STOP_REASONS = frozenset({"end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"})
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 
 
 async def serve_v1(

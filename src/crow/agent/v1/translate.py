@@ -36,6 +36,7 @@ from acp import schema as v1
 from pydantic import ValidationError
 
 from crow.acp import SessionProjection, ToolCall, schema
+from crow.extensions import PERMISSION_DESCRIPTION, PERMISSION_TITLE, PLAN_STATUS
 
 from .content import content_block, diff_content, terminal_text
 
@@ -206,7 +207,7 @@ class SessionTranslator:
                     "status": status if status in V1_PLAN_STATUSES else "completed",
                 }
                 if status not in V1_PLAN_STATUSES:
-                    item["_meta"] = {"crow/status": status}
+                    item["_meta"] = {PLAN_STATUS: status}
                 entries.append(item)
         return [{"sessionUpdate": "plan", "entries": entries}]
 
@@ -343,9 +344,9 @@ def permission_params(
     ]
     if not options:
         return None
-    meta = {"crow/title": wire.get("title")}
+    meta = {PERMISSION_TITLE: wire.get("title")}
     if isinstance(wire.get("description"), str):
-        meta["crow/description"] = wire["description"]
+        meta[PERMISSION_DESCRIPTION] = wire["description"]
     return {
         "sessionId": request.session_id,
         "toolCall": tool_call,
