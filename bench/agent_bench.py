@@ -4,7 +4,7 @@
     python bench/agent_bench.py --only startup [--runs 15]
 
 - Turn overhead: prompt → idle through ``crow serve`` against a scripted model
-  that answers at once (tests/fakemodel.py on loopback), next to the echo agent
+  that answers at once (crow_testing.fakemodel on loopback), next to the echo agent
   doing the same K chunks without a model, and next to the bare model round trip
   (Crow's own HTTP path, crow.models.transport, calling the scripted server
   directly).  Overhead = crow minus bare.

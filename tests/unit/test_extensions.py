@@ -23,11 +23,6 @@ WIRE_NAME = re.compile(r"(?<![\w./-])_?crow/[A-Za-z]")
 # literal there.
 INDEPENDENT = (SRC / "acp",)
 
-# Files another helper of the restructure (#32) was editing while the registry was made:
-# each still spells a name out (watchers.py: the crow/seq of its frame bytes).  Switch
-# them to crow.extensions and shrink this to nothing.
-PENDING = {SRC / "agent" / "watchers.py"}
-
 
 def _modules() -> Iterator[tuple[Path, ast.Module]]:
     for path in sorted(SRC.rglob("*.py")):
@@ -57,7 +52,7 @@ def _wire_literals(tree: ast.Module) -> Iterator[tuple[int, str]]:
 
 
 def _exempt(path: Path) -> bool:
-    return path in PENDING or any(path.is_relative_to(folder) for folder in INDEPENDENT)
+    return any(path.is_relative_to(folder) for folder in INDEPENDENT)
 
 
 def test_no_wire_name_is_spelt_out_outside_the_registry() -> None:
@@ -68,13 +63,6 @@ def test_no_wire_name_is_spelt_out_outside_the_registry() -> None:
         for line, text in _wire_literals(tree)
     ]
     assert not stray, "use a crow.extensions constant instead of:\n" + "\n".join(stray)
-
-
-def test_the_pending_files_still_need_their_exemption() -> None:
-    """An exemption that no longer covers a literal is removed, not kept for later."""
-    for path in PENDING:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        assert list(_wire_literals(tree)), f"{path} has no wire literal left: drop it from PENDING"
 
 
 def _is_registry(node: ast.ImportFrom) -> bool:

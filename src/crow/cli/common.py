@@ -53,7 +53,7 @@ def config_or_refuse(who: str = "crow", **overrides: Any) -> Config:
 
 def tell_the_reaper() -> None:
     """Before ``os._exit`` (which skips the atexit hook doing it): the children this
-    process adopted are told to its reaper, so they die with it (crow.children)."""
+    process adopted are told to its reaper, so they die with it (crow.runtime.children)."""
     if "crow.runtime.children" in sys.modules:
         sys.modules["crow.runtime.children"].adopt_orphans()
 

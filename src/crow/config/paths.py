@@ -32,7 +32,7 @@ class Paths:
 
     @property
     def run(self) -> Path:
-        return self.home / "run"  # runtime files of running servers (crow.runtime_file)
+        return self.home / "run"  # runtime files of running servers (crow.runtime.runtime_file)
 
     @property
     def memory(self) -> Path:

@@ -33,7 +33,7 @@ The wire rules are PROXY-CHAINS.md's (the Rust SDK's ``agent-client-protocol-con
   When the client goes, the components' stdin closes and they are given a moment to
   exit, then killed.
 
-Components run in process groups of their own, registered with ``crow.children``:
+Components run in process groups of their own, registered with ``crow.runtime.children``:
 a conductor killed outright takes them with it.  Their stderr is passed on to ours,
 each line prefixed with the component's name.
 """

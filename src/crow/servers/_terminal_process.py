@@ -4,7 +4,7 @@ Owns how ``SHELL -c COMMAND`` is started (the caller names the shell; its own se
 group, stdin from ``/dev/null``, stderr merged into stdout), the task that reads its pipe
 into a callback, and the one way a group is ended: SIGTERM to the group, SIGKILL after
 ``KILL_GRACE_S``, then draining (or abandoning) a pipe that an escaped process still holds.
-Every group is registered with ``crow.children`` from its start until it is known to be
+Every group is registered with ``crow.runtime.children`` from its start until it is known to be
 gone, so it dies with this process however this process dies.
 It does not own what is done with the output (``_terminal_output``) nor the tools' results
 (``_terminal_jobs``).
@@ -68,7 +68,7 @@ def _signal_name(number: int) -> str:
         return f"SIG{number}"
 
 
-#: The command waits at this gate until its group is registered with ``crow.children``:
+#: The command waits at this gate until its group is registered with ``crow.runtime.children``:
 #: started at once, a quick command could fork a child that leaves every trace (its
 #: environment scrubbed) before the registration, and outlive a Crow killed right then.
 #: The gate reads one line (EOF: Crow died first, so nothing runs), then becomes the

@@ -7,7 +7,7 @@ a 2 s grace.  That happens on a timeout, on ``stop``, when a ``run`` call is can
 (before the cancellation is re-raised, so no process outlives the call), when a ``run``
 command exits but leaves processes behind, and, for every group still alive, when the
 server's lifespan ends.  Should this process die without ending them (``kill -9``), its
-reaper process (``crow.children``) SIGKILLs every group still alive, and every process the
+reaper process (``crow.runtime.children``) SIGKILLs every group still alive, and every process the
 commands started, even one that left its group.
 
 Tools (``_meta["crow/kind"]`` in brackets):

@@ -6,7 +6,7 @@ session" is kept in the store: a process takes a session's lease (the
 gives it back in the same transaction as the turn's final ``idle``.
 
 An owner is named ``host:pid:start`` where ``start`` is the process's start
-time (``crow.proc.start_time``): a pid the kernel handed to a new
+time (``crow.runtime.proc.start_time``): a pid the kernel handed to a new
 process does not pass for the dead owner.  On this host a dead owner loses its
 lease at once; an owner on another host (a store shared over the network, see
 the PostgreSQL backend) loses it when the lease expires unrenewed.

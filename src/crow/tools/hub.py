@@ -12,7 +12,7 @@ withdrawn; the other servers keep working.
 
 A stdio server leads a process group of its own (the SDK starts it with
 ``start_new_session``).  It is tagged and its group registered with
-``crow.children``, so it and what it starts die with Crow however Crow dies; and
+``crow.runtime.children``, so it and what it starts die with Crow however Crow dies; and
 when the SDK has shut it down (stdin closed, then SIGTERM and SIGKILL to the group
 if it lingers), what it left behind is killed too: the SDK stops there when the
 server itself exits in time.
@@ -110,7 +110,7 @@ class _Server:
     error: str | None = None
     dead: bool = False
     trusted: bool = False
-    label: str | None = None  # a stdio server's tag value (crow.children) until released
+    label: str | None = None  # a stdio server's tag value (crow.runtime.children) until released
     pgid: int | None = None  # its process group, once found
 
 
