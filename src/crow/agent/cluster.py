@@ -23,7 +23,7 @@ from crow.acp import InvalidParams
 from crow.store.aio import settled
 from crow.store.db import StoreError, StoreUnavailable
 from crow.store.lease import RENEW_EVERY_S, expiry
-from crow.store.listen import follow_updates
+from crow.store.listen import Heard
 
 from .host import SessionHost
 from .recovery import close_interrupted_turns, is_orphaned
@@ -65,14 +65,14 @@ class Cluster:
         """On a shared store, hear the updates other servers log (crow.store.listen)."""
         if self.questions is None or self._listener is not None:
             return
-        url = self.store.sync.url  # type: ignore[attr-defined]
-        heard = follow_updates(
-            url,
-            self._heard,
-            self._heard_everything,
-            self._heard_cancel,
-            self.questions.heard,
-            self._heard_held,
+        heard = self.store.follow_updates(
+            Heard(
+                update=self._heard,
+                reconnect=self._heard_everything,
+                cancel=self._heard_cancel,
+                question=self.questions.heard,
+                held=self._heard_held,
+            )
         )
         self._listener = asyncio.create_task(heard, name="store-listener")
         self.host.spawn(self._close_orphans(), name="orphan-sweeper")

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from crow.config import Config
 from crow.models.router import ModelRouter
-from crow.store.aio import AsyncStore
+from crow.store.base import SessionStore
 from crow.store.db import SessionRecord
 
 from .session import LiveSession
@@ -45,7 +45,7 @@ class TurnHost(Protocol):
 
     config: Config
     router: ModelRouter
-    store: AsyncStore
+    store: SessionStore
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
         """Run work that outlives the request that started it."""
@@ -84,7 +84,7 @@ class TurnContext(Protocol):
 
     host: TurnHost
     session: LiveSession
-    store: AsyncStore
+    store: SessionStore
     blocks: list[Any]  # the prompt's content blocks
 
     async def note(self, text: str, severity: str) -> None:

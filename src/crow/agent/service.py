@@ -49,6 +49,7 @@ from crow.models.router import ModelRouter
 from crow.runtime.quiet import MemoryRelease
 from crow.runtime.slow_exit import REPORT_AFTER_S, report_if_slow
 from crow.store.aio import AsyncStore
+from crow.store.base import SessionStore
 from crow.store.db import SessionRecord, Store, StoreUnavailable
 from crow.store.lease import this_process
 from crow.tools.acp_mcp import AcpMcpLinks
@@ -89,7 +90,7 @@ class CrowAgent:
         self.config = config
         # False on an HTTP server without a token: its clients may not name MCP servers.
         self.clients_authenticated = clients_authenticated
-        self.store = AsyncStore(store)
+        self.store: SessionStore = AsyncStore(store)
         self.router = router or ModelRouter(config)
         self.owner = this_process()  # the name this process takes turn leases under
         self.live: dict[str, LiveSession] = {}

@@ -18,7 +18,8 @@ import orjson
 
 from crow.extensions import WAIT_OVER
 from crow.ids import now
-from crow.store.aio import AsyncStore, retrieved, settled
+from crow.store.aio import retrieved, settled
+from crow.store.base import SessionStore
 from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
@@ -59,7 +60,7 @@ class RunningTurn(Protocol):
 @dataclass(eq=False)
 class LiveSession:
     record: SessionRecord
-    store: AsyncStore
+    store: SessionStore
     model: str  # the model that answers this session's prompts
     #: The model that gave the latest reply: another of the chain when this one failed.
     answered_by: str | None = None

@@ -28,7 +28,7 @@ from crow.store.db import StoreError
 from .asking import Question
 
 if TYPE_CHECKING:
-    from crow.store.aio import AsyncStore
+    from crow.store.base import SessionStore
 
     from .session import LiveSession
 
@@ -40,7 +40,7 @@ log = logging.getLogger("crow.agent")
 class SharedQuestions:
     """One server's side of the shared questions."""
 
-    def __init__(self, store: AsyncStore, live: dict[str, LiveSession]) -> None:
+    def __init__(self, store: SessionStore, live: dict[str, LiveSession]) -> None:
         self.store = store
         self.live = live
         self.filed: dict[str, asyncio.Future[str]] = {}  # ours, awaiting an answer

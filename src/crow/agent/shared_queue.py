@@ -29,7 +29,7 @@ from crow.store.db import HeldRow, StoreError
 from crow.store.lease import owner_alive, this_process
 
 if TYPE_CHECKING:
-    from crow.store.aio import AsyncStore
+    from crow.store.base import SessionStore
 
     from .queue import Held
     from .session import LiveSession
@@ -45,7 +45,7 @@ HELD_S = 30.0
 class SharedQueue:
     """One server's side of the held prompts of a shared store."""
 
-    def __init__(self, store: AsyncStore, owner: str) -> None:
+    def __init__(self, store: SessionStore, owner: str) -> None:
         self.store = store
         self.owner = owner
 
