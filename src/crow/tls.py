@@ -52,7 +52,7 @@ def _made() -> ssl.SSLContext:
     if sys.platform.startswith("linux"):
         context = _system_store()
     else:
-        import truststore
+        import truststore  # the OS trust store off Linux; Linux reads its files
 
         context = truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.set_alpn_protocols(["http/1.1"])

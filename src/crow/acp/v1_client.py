@@ -79,6 +79,7 @@ class V1Agent:
     """The v1 dialect of one connection (see the module doc)."""
 
     def __init__(self, raw: Any) -> None:
+        # The v1 SDK's models (0.7 s to import here) load only when an agent answers protocol 1.
         from acp import schema as v1
 
         self.v1 = v1
