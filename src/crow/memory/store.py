@@ -14,8 +14,8 @@ compared.  When no embedder answers, memory still works on full text.
 Several processes may share one store: LanceDB commits are atomic and the
 connection re-reads the latest version on every read, so reads see what others
 committed.  A commit that raced another process's is refused ("commit
-conflict"): a write is then done again from its read, a few times, after a
-random pause, and a write that still cannot land is a ``MemoryError`` naming
+conflict"): a write is then done again from its read, and making the table takes
+a lock (``commits``); a write that still cannot land is a ``MemoryError`` naming
 the cause, never a lost record.  Everything here blocks: async callers run it
 in a thread.
 
@@ -26,19 +26,19 @@ fusion of the two rankings in ``ranking``.
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from ..private import private_dir
 from . import TABLE, has_memories
+from .commits import making_table, retrying
 from .embedders import Embedder, EmbedderUnavailable
 from .ranking import fuse
 from .records import Hit, Memory, Recall, Remembered, memory_of
@@ -61,13 +61,8 @@ from .scopes import MemoryError, valid_scope
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 
 log = logging.getLogger("crow.memory")
-T = TypeVar("T")
 
 EMBEDDER_KEY = b"crow.embedder"
-#: A write that raced another process's commit is done again, up to this many times,
-#: after a random pause of up to 25 ms doubled each time (a second, all told).
-CONFLICT_ATTEMPTS = 6
-CONFLICT_PAUSE_S = 0.025
 #: The longest memory kept, unless the store is told otherwise ([memory] max_text_kib).
 MAX_TEXT_BYTES = 16 * 1024
 
@@ -174,12 +169,17 @@ class MemoryStore:
     def _writable(self, table: Any | None, vector: np.ndarray | None) -> Any:
         """The table to write to: made (or, while empty, remade) for this embedder."""
         name = self.embedder.name if self.embedder is not None and vector is not None else ""
-        if table is not None:
-            recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
-            if recorded == name or table.count_rows() > 0:
-                return table
         schema = self._schema(None if vector is None else len(vector))
-        return self._create(schema, [], replace=table is not None)
+        if table is None:
+            private_dir(self.folder)  # the lock's folder, private like the memories
+            with making_table(self.folder):
+                table = self._open()  # another store may have made it while we waited
+                if table is None:
+                    return self._create(schema, [])
+        recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
+        if recorded == name or table.count_rows() > 0:
+            return table
+        return self._create(schema, [], replace=True)
 
     def recorded_embedder(self) -> str | None:
         """The embedder the table's vectors came from ("" none yet; None: no table)."""
@@ -239,7 +239,7 @@ class MemoryStore:
             )
         valid_scope(scope)
         tags = clean_tags(tags)
-        return _retrying(
+        return retrying(
             lambda: self._remember(text, scope, tags, session, message, created, memory_id)
         )
 
@@ -308,7 +308,7 @@ class MemoryStore:
                     table.delete(f"id = {quote(memory_id)}")
                 return found
 
-        return _retrying(forget)
+        return retrying(forget)
 
     def get(self, memory_id: str, table: Any | None = None) -> Memory | None:
         table = table if table is not None else self._open()
@@ -460,36 +460,6 @@ def _compact_now_and_then(table: Any) -> None:
         table.optimize(cleanup_older_than=timedelta(hours=1))
     except Exception as exc:  # another process compacting at once: it will do
         log.info("memory: compaction skipped: %s", exc)
-
-
-def _retrying(write: Callable[[], T]) -> T:
-    """``write`` (a read and the commit that follows from it), done again when its
-    commit raced another process's; a ``MemoryError`` when it never lands."""
-    for attempt in range(CONFLICT_ATTEMPTS):
-        try:
-            return write()
-        except MemoryError:
-            raise
-        except Exception as exc:
-            if not _conflict(exc):
-                raise
-            if attempt == CONFLICT_ATTEMPTS - 1:
-                raise MemoryError(
-                    f"the memory store is busy with another process's writes: {_first_line(exc)}"
-                ) from exc
-            log.info("memory: a commit raced another process's; trying again: %s", exc)
-            time.sleep(random.uniform(0, CONFLICT_PAUSE_S * 2**attempt))
-    raise AssertionError("unreachable")
-
-
-def _conflict(exc: Exception) -> bool:
-    """LanceDB's refusal of a commit that another process's commit overtook."""
-    text = str(exc).lower()
-    return "conflict" in text or "retryable" in text
-
-
-def _first_line(exc: Exception) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def _kib(size: int) -> str:
