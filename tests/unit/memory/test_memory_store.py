@@ -348,6 +348,28 @@ def test_a_writer_killed_mid_write_leaves_a_usable_store(folder):
     assert len(store.list_memories(limit=1000)) == len(kept) + 1
 
 
+def test_a_store_makes_the_table_only_under_the_making_lock(tmp_path):
+    """While another process holds the lock (it is making the table), a first write
+    waits, and lands once the lock is let go: two stores never both create it."""
+    import fcntl
+    import threading
+
+    from crow.memory import has_memories
+    from crow.memory.commits import MAKING_LOCK
+
+    folder = tmp_path / "memory"
+    store = MemoryStore(folder, None)
+    assert store.db is not None  # LanceDB imported and the folder made, before the lock
+    with open(folder / MAKING_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        writer = threading.Thread(target=store.remember, args=("a fact made under the lock",))
+        writer.start()
+        writer.join(timeout=2.0)  # an unlocked first write takes milliseconds
+        assert writer.is_alive() and not has_memories(folder)
+    writer.join(timeout=30)
+    assert [m.text for m in store.all()] == ["a fact made under the lock"]
+
+
 def test_writers_racing_to_make_the_store_all_land(tmp_path):
     """Stores of their own (as separate processes have) writing their first memory
     at once: LanceDB refuses all but one of the racing index creations ("Retryable
