@@ -169,17 +169,17 @@ class MemoryStore:
     def _writable(self, table: Any | None, vector: np.ndarray | None) -> Any:
         """The table to write to: made (or, while empty, remade) for this embedder."""
         name = self.embedder.name if self.embedder is not None and vector is not None else ""
-        schema = self._schema(None if vector is None else len(vector))
+        dimension = None if vector is None else len(vector)
         if table is None:
             private_dir(self.folder)  # the lock's folder, private like the memories
             with making_table(self.folder):
                 table = self._open()  # another store may have made it while we waited
                 if table is None:
-                    return self._create(schema, [])
+                    return self._create(self._schema(dimension), [])
         recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
         if recorded == name or table.count_rows() > 0:
             return table
-        return self._create(schema, [], replace=True)
+        return self._create(self._schema(dimension), [], replace=True)
 
     def recorded_embedder(self) -> str | None:
         """The embedder the table's vectors came from ("" none yet; None: no table)."""

@@ -1,7 +1,7 @@
 """Run the agent on stdio: one process, one connection, a shared durable store.
 
 ``serve_connection`` serves any one connection (stdio here, each HTTP or
-WebSocket connection in ``serve_http``): the router reads its first
+WebSocket connection in ``crow.serve.http``): the router reads its first
 ``initialize`` and hands it to ACP v2 (``crow.acp.AgentSide``) or, for
 ``protocolVersion`` 1, to the v1 face (``crow.agent.v1``, imported on the first
 v1 connection: the ``acp`` package takes ~0.6 s to import).  ``[acp] v2 =

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar, Protocol, Unpack
@@ -51,8 +52,13 @@ from .sql import (
     Statements,
 )
 
-__all__ = ["LIST_PAGE_SIZE", "STATE_UPDATE_PREFIX", "Connection", "Store"]
+__all__ = ["BUSY_TIMEOUT_MS", "LIST_PAGE_SIZE", "STATE_UPDATE_PREFIX", "Connection", "Store"]
 
+#: How long a call waits for another process's lock before failing (SQLite's busy
+#: timeout, PostgreSQL's lock_timeout): bounded, so a stuck lock ends a turn with a
+#: visible error instead of hanging it
+#: (``CROW_STORE_BUSY_TIMEOUT_MS`` tunes it, for slow disks and for tests).
+BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
 LIST_PAGE_SIZE = 50
 #: How every logged state_update begins (the agent logs compact JSON with
 #: ``sessionUpdate`` as the first key).

@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from .backend import Store
+from .backend import BUSY_TIMEOUT_MS, Store
 from .listen import Heard, follow_updates
 from .migrations import migrate_postgres
 from .records import StoreError, database_errors
 from .sql import Statements
-from .sqlite import BUSY_TIMEOUT_MS
 from .urls import redact_url
 
 log = logging.getLogger("crow.store")

@@ -11,23 +11,17 @@ gives ``AsyncStore`` a second connection that never waits, for calls on the loop
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 from pathlib import Path
 from typing import ClassVar
 
 from ..private import private_dir, private_file, tighten_file
-from .backend import Store
+from .backend import BUSY_TIMEOUT_MS, Store
 from .migrations import migrate
 from .records import StoreError
 from .sql import Statements
 
-__all__ = ["BUSY_TIMEOUT_MS", "SqliteStore"]
-
-#: How long a call waits for another process's lock before failing: bounded, so
-#: a stuck lock ends a turn with a visible error instead of hanging it
-#: (``CROW_STORE_BUSY_TIMEOUT_MS`` tunes it, for slow disks and for tests).
-BUSY_TIMEOUT_MS = int(os.environ.get("CROW_STORE_BUSY_TIMEOUT_MS", "5000"))
+__all__ = ["SqliteStore"]
 
 
 class SqliteStore(Store):
