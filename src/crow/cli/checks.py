@@ -22,10 +22,10 @@ from typing import Any
 
 from ..config import ConfigError, Paths, load_config
 from ..private import private_dir
+from .common import EXIT_CONNECTION, EXIT_USAGE
 
 __all__ = ["CONFIG_SAID", "check_args", "parse"]
 
-EXIT_USAGE, EXIT_CONNECTION = 2, 7
 #: Set in the environment once this process tree has shown the config's warnings.
 CONFIG_SAID = "CROW_CONFIG_WARNED"
 #: Commands that read config.toml (run, chat and sessions only for the agent they start).

@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from crow.acp.errors import RESOURCE_NOT_FOUND
 from crow.config import ConfigError, Paths, load_config
 
-__all__ = ["no_such_session", "serve_options", "usage_problem"]
+__all__ = ["serve_options", "usage_problem"]
 
 
 def serve_options(args: argparse.Namespace) -> list[str]:
@@ -39,8 +38,3 @@ def usage_problem(args: argparse.Namespace) -> str | None:
         except ConfigError as exc:
             return str(exc)
     return None
-
-
-def no_such_session(exc: BaseException, session: str | None) -> bool:
-    """The agent answered ``--session`` with -32002: there is no such session."""
-    return bool(session) and getattr(exc, "code", None) == RESOURCE_NOT_FOUND

@@ -35,7 +35,7 @@ from crow.extensions import INSERT, QUEUE, TURN_ENDED
 from .args import usage_problem
 from .asking import CANCELLED
 from .console import Console
-from .failure import FAILURES, say_failure
+from .failure import EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_USAGE, FAILURES, say_failure
 from .follow import HINT, Follow, Sent, ending
 from .link import Link
 from .paint import Paint, wants_colour
@@ -47,7 +47,7 @@ from .verifying import NO_KEY, Verdicts, VerdictWaiter, can_verify, no_judge, ve
 
 __all__ = ["main"]
 
-EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_INTERRUPTED = 2, 7, 10, 130
+EXIT_INTERRUPTED = 130
 LEAVE = ("/exit", "/quit")  # the client's own commands: they never reach the agent
 
 

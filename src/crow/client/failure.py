@@ -6,12 +6,19 @@ from __future__ import annotations
 import sys
 
 from crow.acp import AcpError
+from crow.acp.errors import RESOURCE_NOT_FOUND
 
-from .args import no_such_session
 from .connect import AgentUnavailable
 from .session_ids import AmbiguousSession
 
-__all__ = ["FAILURES", "say_failure"]
+__all__ = [
+    "EXIT_CONNECTION",
+    "EXIT_NO_SESSION",
+    "EXIT_USAGE",
+    "FAILURES",
+    "no_such_session",
+    "say_failure",
+]
 
 EXIT_USAGE, EXIT_CONNECTION, EXIT_NO_SESSION = 2, 7, 10
 #: What ends a client command with ``say_failure``.
@@ -31,3 +38,8 @@ def say_failure(exc: BaseException, session: str | None) -> int:
         code = EXIT_CONNECTION
     print(f"crow: {line}", file=sys.stderr)
     return code
+
+
+def no_such_session(exc: BaseException, session: str | None) -> bool:
+    """The agent answered ``--session`` with -32002: there is no such session."""
+    return bool(session) and getattr(exc, "code", None) == RESOURCE_NOT_FOUND

@@ -29,8 +29,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import httpx2
-
 from ..config import EMBEDDED_MODEL, Config, ConfigError, ModelSpec, Paths, load_config
 from ..extras import embedded_available
 from ..tls import client_context
@@ -163,6 +161,8 @@ async def reachable(config: Config, spec: ModelSpec) -> str:
             return "ready" if embedded_available() else "the local extra is not installed"
         path = Path(spec.model_id)
         return "ready" if path.is_file() else f"no file at {path}"
+    import httpx2  # ~35 ms: only for a provider reached over HTTP
+
     try:
         async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, verify=client_context()) as client:
             answer = await client.get(provider.base_url.rstrip("/") + "/models")
