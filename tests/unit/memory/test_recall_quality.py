@@ -38,9 +38,10 @@ def test_the_labelled_set_is_well_formed(labelled):
 def test_hybrid_recall_with_the_offline_embedder(labelled, tmp_path):
     result = evaluate(MiniLMEmbedder(), tmp_path, labelled)
     assert result["memories"] == 60  # no two labelled memories were merged
-    # measured .433 .867 (int8; the float model in numpy: .433 .875), keywords .833 .938
-    assert (result["hit@1"], result["hit@5"]) >= (0.40, 0.85), result
-    assert result["keyword_hit@1"] >= 0.80 and result["keyword_hit@5"] >= 0.90, result
+    # measured .433 .875, keywords .833 .938 (as the float model in numpy: the same
+    # vectors); the int8 export Crow had before found one paraphrase fewer (.867)
+    assert result["hit@1"] >= 0.40 and result["hit@5"] >= 0.875, result
+    assert result["keyword_hit@1"] >= 0.80 and result["keyword_hit@5"] >= 0.9375, result
 
 
 def test_full_text_recall_alone(labelled, tmp_path):
