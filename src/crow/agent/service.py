@@ -46,6 +46,7 @@ from crow.config import Config
 from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, REPLAY_FROM, VERIFY
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
+from crow.observe import tracing
 from crow.runtime.quiet import MemoryRelease
 from crow.runtime.slow_exit import REPORT_AFTER_S, report_if_slow
 from crow.store.aio import AsyncStore
@@ -210,9 +211,10 @@ class CrowAgent:
         if origin is not None and not verdicts.is_judge(self, session, watcher):
             origin = None  # only the judge's own prompts are shown as the judge's
         mode = insert_mode(meta, self.config.session.while_busy)
-        taken = await self.prompts.take_prompt(
-            session, watcher, params.prompt, origin=origin, mode=mode
-        )
+        with tracing.client_context(meta):  # the turn's task starts in it: its parent
+            taken = await self.prompts.take_prompt(
+                session, watcher, params.prompt, origin=origin, mode=mode
+            )
         return schema.PromptResponse(message_id=taken.message_id)
 
     def advance(self, session: LiveSession) -> None:

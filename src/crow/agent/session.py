@@ -18,6 +18,7 @@ import orjson
 
 from crow.extensions import WAIT_OVER
 from crow.ids import now
+from crow.observe import metrics, tracing
 from crow.store.aio import retrieved, settled
 from crow.store.base import SessionStore
 from crow.store.db import PendingUpdate, SessionRecord, TranscriptEntry
@@ -204,18 +205,21 @@ class LiveSession:
             pending = [self._pending(update) for update in updates]
             messages = [(self.id, message, "message") for message in transcript]
             logged = self.store.append_updates(pending, messages)  # one transaction
+            metrics.time_future(logged[-1], metrics.store_append)
             try:
-                for update, (_, body, state, stop_reason, _), written in zip(
-                    updates, pending, logged, strict=True
-                ):
-                    seq, interrupted = await settled(written)
-                    cancelled = cancelled or interrupted
-                    if seq is not None and seq > self.delivered + 1 and self.store.shared:
-                        await self._catch_up_locked(before=seq)  # another server's, first
-                    if state is not None:
-                        self.state, self.stop_reason = state, stop_reason
-                    backed_up.update(self._deliver(seq, update, body))
-                    seqs.append(seq)
+                # One span: the updates are one transaction, done when the first is.
+                with tracing.child("crow.store.append", updates=len(updates)):
+                    for update, (_, body, state, stop_reason, _), written in zip(
+                        updates, pending, logged, strict=True
+                    ):
+                        seq, interrupted = await settled(written)
+                        cancelled = cancelled or interrupted
+                        if seq is not None and seq > self.delivered + 1 and self.store.shared:
+                            await self._catch_up_locked(before=seq)  # another server's, first
+                        if state is not None:
+                            self.state, self.stop_reason = state, stop_reason
+                        backed_up.update(self._deliver(seq, update, body))
+                        seqs.append(seq)
             finally:
                 retrieved(logged)  # a failed batch fails each: the first failure is raised
         if cancelled:

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crow.acp import schema
 from crow.extensions import APPROVED, BACKGROUND
 from crow.memory.scopes import MemoryPlace
+from crow.observe import metrics, tracing
 from crow.tools.caps import cap_result
 from crow.tools.hub import ToolHub, ToolInfo, ToolServerError
 from crow.tools.permissions import OPTIONS
@@ -101,7 +103,7 @@ class ToolRunner:
                 return REJECTED
             await view.started()
             meta = {APPROVED: True} if beyond else None
-            result = await self.hub.call(tool, args, on_progress=view.output, meta=meta)
+            result = await self._call(tool, args, view, meta)
         except asyncio.CancelledError:
             await view.cancelled()
             raise
@@ -114,6 +116,20 @@ class ToolRunner:
         if isinstance(process, str) and view.terminal_id is not None and tool.trusted:
             follow_process(self.session, self.hub, tool.server, process, view)
         return f"Error: {result.text}" if result.is_error else result.text
+
+    async def _call(
+        self, tool: ToolInfo, args: dict[str, Any], view: ToolCallView, meta: dict[str, Any] | None
+    ) -> Any:
+        """The call itself, timed and traced by its server."""
+        failed = True
+        started = time.perf_counter()
+        try:
+            with tracing.child("crow.tool", server=tool.server, tool=tool.name):
+                result = await self.hub.call(tool, args, on_progress=view.output, meta=meta)
+            failed = result.is_error
+            return result
+        finally:
+            metrics.tool_call(tool.server, time.perf_counter() - started, failed=failed)
 
     async def allowed(self, view: ToolCallView, tool: ToolInfo, args: dict[str, Any]) -> bool:
         assert self.session.permissions is not None

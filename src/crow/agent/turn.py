@@ -47,6 +47,7 @@ from crow.models.events import (
     ToolCallDelta,
     Usage,
 )
+from crow.observe import metrics, tracing
 from crow.store.aio import settled
 from crow.store.db import StoreUnavailable
 from crow.tools.hub import ToolHub
@@ -137,6 +138,10 @@ class Turn:
 
     # ---- the one place outcomes become stop reasons --------------------------------
     async def run(self) -> None:
+        with tracing.turn(self.session.id):
+            await self._run()
+
+    async def _run(self) -> None:
         self._stepped = True
         stop, error, note, severity, partial = "end_turn", None, None, "error", False
         try:
@@ -199,6 +204,8 @@ class Turn:
 
     async def finish(self, stop: str, error: str | None) -> None:
         self.stop_reason, self.error = stop, error
+        metrics.prompt_ended(stop)
+        tracing.set_attribute("crow.stop_reason", stop)
         update = idle_update(stop, error)
         if stop != "end_turn":  # history keeps how a turn ended; replay drops state_update
             ended = {k: v for k, v in update.items() if k in ("stopReason", "error")}

@@ -28,6 +28,7 @@ from typing import Any
 from crow.acp import InvalidParams
 from crow.extensions import JUDGING, MAX_VERDICT_CHARS, MODEL, VERDICT, VERDICTS, VERIFY
 from crow.ids import new_id, now
+from crow.observe import metrics
 from crow.verdict_proof import KeyHandout, new_key, sign
 
 from .host import SessionHost
@@ -173,6 +174,7 @@ async def post_verdict(
         answer["judgeSessionId"] = judge
     message_id = new_id("msg")
     signed = sign(key, worker.id, {**verdict, "verifier": verifier}, text)
+    metrics.verdict(str(verdict["verdict"]))
     seq = await worker.emit(agent_message(message_id, text, {VERDICT: signed}))
     if seq is not None:
         await _remember(agent, worker, judgedSeq=seq)

@@ -27,13 +27,18 @@ def quiet_logging() -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
-def setup_logging(logs: Path, level: str) -> None:
+def setup_logging(
+    logs: Path, level: str, *, json_lines: bool = False, max_mib: float = 10.0, backups: int = 5
+) -> None:
     """Logs go to stderr and to the home's logs/ folder; stdout is the wire.
 
     Both handlers mask credentials (``crow.redact``); the folders are 0700 and
-    crow.log 0600 (``crow.private``), whatever the umask."""
+    crow.log 0600 (``crow.private``), whatever the umask.  ``json_lines``: one
+    JSON object per line on both ([server] log_format).  crow.log rotates past
+    ``max_mib`` (0: never), keeping ``backups`` old files."""
     # Only crow serve logs to files: the other commands start without these.
-    from ..private import private_dir, private_file
+    from ..observe.logs import JsonFormatter, PrivateRotatingFileHandler
+    from ..private import private_dir
     from ..redact import RedactingFilter
 
     root = logging.getLogger()
@@ -42,17 +47,27 @@ def setup_logging(logs: Path, level: str) -> None:
         logging.getLogger(chatty).setLevel(logging.WARNING)
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setLevel(level.upper())
-    stderr.setFormatter(logging.Formatter("crow: %(levelname)s %(name)s: %(message)s"))
+    stderr.setFormatter(
+        JsonFormatter()
+        if json_lines
+        else logging.Formatter("crow: %(levelname)s %(name)s: %(message)s")
+    )
     stderr.addFilter(RedactingFilter())
     root.addHandler(stderr)
     try:
         private_dir(logs.parent)  # the home
-        file = logging.FileHandler(private_file(private_dir(logs) / "crow.log"))
+        file = PrivateRotatingFileHandler(
+            private_dir(logs) / "crow.log",
+            maxBytes=int(max_mib * 1024 * 1024),
+            backupCount=backups,
+        )
     except OSError as exc:
         print(f"crow: cannot write logs to {logs}: {exc}", file=sys.stderr)
         return
     file.setFormatter(
-        logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+        JsonFormatter()
+        if json_lines
+        else logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
     )
     file.addFilter(RedactingFilter())
     root.addHandler(file)

@@ -55,8 +55,15 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     paths = Paths.from_env()
-    setup_logging(paths.logs, args.log_level)
     config = config_or_refuse(paths=paths, model=args.model, base_url=args.base_url)
+    server = config.server
+    setup_logging(
+        paths.logs,
+        args.log_level,
+        json_lines=server.log_format == "json",
+        max_mib=server.log_max_mib,
+        backups=server.log_backups,
+    )
     # The agent's layers, imported once the command line is read (start-up: see above).
     from ..config.secrets import register_config_secrets
     from ..runtime.gc_tuning import tune_for_serving

@@ -20,6 +20,7 @@ from .settings import (
     BUILTIN_SERVERS,
     DEFAULT_PERMISSIONS,
     EMBEDDERS,
+    LOG_FORMATS,
     PERMISSION_DECISIONS,
     TOOL_KINDS,
     WHILE_BUSY,
@@ -42,6 +43,7 @@ from .validate import (
     as_non_negative,
     as_opt_str,
     as_positive_int,
+    as_str,
     as_table,
 )
 
@@ -244,7 +246,30 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
             "server.shutdown_grace_s",
             table.get("shutdown_grace_s", defaults.shutdown_grace_s),
         ),
+        **_observing(source, table, defaults),
     )
+
+
+def _observing(source: str, table: dict[str, Any], defaults: ServerSettings) -> dict[str, Any]:
+    """``[server]``'s keys for watching the server: metrics, traces, log lines."""
+    log_format = as_str(source, "server.log_format", table.get("log_format", defaults.log_format))
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(
+            source, "server.log_format", " or ".join(repr(f) for f in LOG_FORMATS), log_format
+        )
+    return {
+        "metrics_public": as_bool(
+            source, "server.metrics_public", table.get("metrics_public", defaults.metrics_public)
+        ),
+        "tracing": as_bool(source, "server.tracing", table.get("tracing", defaults.tracing)),
+        "log_format": log_format,
+        "log_max_mib": as_non_negative(
+            source, "server.log_max_mib", table.get("log_max_mib", defaults.log_max_mib)
+        ),
+        "log_backups": as_positive_int(
+            source, "server.log_backups", table.get("log_backups", defaults.log_backups)
+        ),
+    }
 
 
 def _retry(source: str, raw: Any) -> RetryPolicy:

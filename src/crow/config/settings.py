@@ -131,6 +131,15 @@ class ServerSettings:
     max_buffered_mib: float = 16.0  # a client this far behind that reads nothing is dropped
     max_output_stall_s: float = 5.0  # ... after this long
     shutdown_grace_s: float = 30.0  # on SIGTERM, running turns get this long to finish
+    metrics_public: bool = False  # /metrics without the token (for a scraper on a private net)
+    tracing: bool = False  # OpenTelemetry spans of turns to OTLP (the otel extra)
+    log_format: str = "text"  # or "json": one object per line, for log shippers
+    log_max_mib: float = 10.0  # crow.log is rotated past this size ...
+    log_backups: int = 5  # ... keeping this many old files (crow.log.1 ...)
+
+
+#: The formats of crow serve's log lines ([server] log_format).
+LOG_FORMATS = ("text", "json")
 
 
 #: What a prompt that arrives while its session is busy does ([session] while_busy).

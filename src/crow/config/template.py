@@ -130,6 +130,12 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 # max_buffered_mib = 16    # a client this far behind that reads nothing for
 # max_output_stall_s = 5   #   this long is dropped (it resumes with its cursor)
 # shutdown_grace_s = 30    # on SIGTERM: connections close, running turns get this long
+# metrics_public = false   # /metrics (Prometheus) without the token; /healthz, /readyz never ask
+# tracing = false          # OpenTelemetry spans of each turn to OTLP (pip install 'crow-cli[otel]';
+#                          #   OTEL_EXPORTER_OTLP_ENDPOINT says where)
+# log_format = "text"      # "json": one object per line on stderr and in logs/crow.log
+# log_max_mib = 10         # crow.log is rotated past this size (0: never) ...
+# log_backups = 5          # ... keeping this many old files
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)

@@ -23,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..config import Config, ModelSpec, RetryPolicy
+from ..observe import metrics, tracing
 from ..redact import redact_url
 from .adapt import fit_messages
 from .client import ModelClient
@@ -156,16 +158,20 @@ class ModelRouter:
     ) -> AsyncIterator[Event]:
         policy = self.config.retry
         for attempt in range(1, policy.attempts + 1):
+            started = time.perf_counter()
             try:
                 first = True
                 stream = self.client.stream(spec, messages, tools=tools, tool_choice=tool_choice)
-                async for event in stream:
-                    if first and stripped:
-                        yield Stripped(model=spec.name, modalities=stripped)
-                    first = False
-                    yield event
+                with tracing.child("crow.model", model=spec.name, attempt=attempt):
+                    async for event in stream:
+                        if first and stripped:
+                            yield Stripped(model=spec.name, modalities=stripped)
+                        first = False
+                        yield event
+                metrics.model_call(spec.name, time.perf_counter() - started)
                 return
             except ModelError as exc:
+                metrics.model_call(spec.name, time.perf_counter() - started, exc)
                 if not exc.transient or attempt == policy.attempts:
                     raise
                 if self._guessed(spec) and isinstance(exc, ModelUnreachable):

@@ -42,10 +42,12 @@ from starlette.types import Scope
 
 from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTransport
 from crow.config import Config, ServerSettings
+from crow.observe import metrics, tracing
 from crow.redact import register_secret
 from crow.runtime.gc_tuning import collect_now
 from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
+from .probes import ProbesApp
 from .stdio import Setup, serve_connection, start_agent
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
@@ -77,25 +79,51 @@ class HttpSecurity:
 
     def check(self, scope: Scope) -> Response | None:
         """403 for a foreign Host or Origin, 401 for a missing or wrong token."""
-        # latin-1 decodes any bytes: a header that is not UTF-8 cannot fail here.
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-        }
+        headers = _headers(scope)
+        for refusal in (
+            self._host_refusal(headers),
+            self._token_refusal(headers, scope),
+            self._origin_refusal(headers),
+        ):
+            if refusal is not None:
+                return refusal
+        return None
+
+    def check_place(self, scope: Scope) -> Response | None:
+        """403 for a foreign Host or Origin (the probes: no token asked)."""
+        headers = _headers(scope)
+        return self._host_refusal(headers) or self._origin_refusal(headers)
+
+    def check_token(self, scope: Scope) -> Response | None:
+        """401 for a missing or wrong token."""
+        return self._token_refusal(_headers(scope), scope)
+
+    def _host_refusal(self, headers: dict[str, str]) -> Response | None:
         host = headers.get("host", "").lower()
         if self.allowed_hosts is not None and not _host_allowed(host, self.allowed_hosts):
             return JSONResponse({"error": f"host {host or '(none)'} is not allowed"}, 403)
-        if self.token is not None:
-            given = _given_token(headers, scope.get("query_string", b"").decode("latin-1"))
-            if not hmac.compare_digest(given, self.token.encode()):
-                return JSONResponse(
-                    {"error": "missing or wrong bearer token"},
-                    401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
+        return None
+
+    def _origin_refusal(self, headers: dict[str, str]) -> Response | None:
         origin = headers.get("origin")
         if origin is not None and origin not in self.allowed_origins:
             return JSONResponse({"error": f"origin {origin} is not allowed"}, 403)
         return None
+
+    def _token_refusal(self, headers: dict[str, str], scope: Scope) -> Response | None:
+        if self.token is None:
+            return None
+        given = _given_token(headers, scope.get("query_string", b"").decode("latin-1"))
+        if hmac.compare_digest(given, self.token.encode()):
+            return None
+        return JSONResponse(
+            {"error": "missing or wrong bearer token"}, 401, headers={"WWW-Authenticate": "Bearer"}
+        )
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    # latin-1 decodes any bytes: a header that is not UTF-8 cannot fail here.
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
 
 
 def _given_token(headers: dict[str, str], query: str) -> bytes:
@@ -178,16 +206,31 @@ async def _serve_on(
 
     from .ws_bursts import BurstWebSocketProtocol  # uvicorn's too (see above)
 
+    trace(config.server)
     # Without a token nobody is authenticated: no client may name MCP servers (commands).
     agent = start_agent(config, clients_authenticated=security.token is not None)
     if setup is not None:
         setup(agent)
     agent.learn_model(config.chain[0])  # before the first client's initialize, if it can
 
-    async def serve(transport: HttpTransport) -> None:
-        await serve_connection(agent, transport)  # v1 or v2, by its initialize
+    count(agent)
 
-    app = AcpHttpApp(serve, limits=limits, check=security.check, on_expired=collect_now)
+    async def serve(transport: HttpTransport) -> None:
+        kind = "websocket" if transport.websocket else "http"
+        metrics.connected(kind, +1)
+        try:
+            await serve_connection(agent, transport)  # v1 or v2, by its initialize
+        finally:
+            metrics.connected(kind, -1)
+
+    acp = AcpHttpApp(serve, limits=limits, check=security.check, on_expired=collect_now)
+    app = ProbesApp(
+        acp,
+        agent,
+        check_place=security.check_place,
+        check_token=security.check_token,
+        metrics_public=config.server.metrics_public,
+    )
     published: list[Path] = []  # the runtime file, once written
 
     class Server(uvicorn.Server):
@@ -212,7 +255,7 @@ async def _serve_on(
             log_config=None,  # uvicorn's records go through Crow's handlers (redacted)
             lifespan="on",
             ws=BurstWebSocketProtocol,
-            ws_max_size=app.limits.max_message_bytes,
+            ws_max_size=acp.limits.max_message_bytes,
             # ACP messages are small JSON, mostly on loopback: compressing each one
             # costs CPU per update and a zlib context (~300 KiB) per connection.
             ws_per_message_deflate=False,
@@ -232,6 +275,26 @@ async def _serve_on(
         _unpublish(published)
         await agent.shutdown()
         await agent.store.aclose()
+
+
+def trace(server: ServerSettings) -> None:
+    """Trace turns if ``[server] tracing`` asks (before anything starts: the extra
+    may be missing)."""
+    if server.tracing:
+        try:
+            tracing.enable()
+        except tracing.TracingUnavailable as exc:
+            raise ServeError(str(exc)) from None
+
+
+def count(agent: Any) -> None:
+    """Count for /metrics: what the agent holds is read at each scrape."""
+    metrics.enable(
+        live_sessions=lambda: len(agent.live),
+        running_turns=lambda: sum(
+            1 for s in agent.live.values() if s.turn is not None and not s.turn.done
+        ),
+    )
 
 
 def bind(host: str, port: int) -> socket.socket:

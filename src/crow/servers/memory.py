@@ -37,6 +37,7 @@ from pydantic import Field
 from ..config import ConfigError, load_config
 from ..extensions import APPROVED, SCOPE_ARGUMENT, TOOL_KIND
 from ..memory.scopes import OWN, READ_ALL, MemoryError, MemoryPlace
+from ..observe import metrics
 from ._stdio import run_stdio
 
 if TYPE_CHECKING:
@@ -109,11 +110,12 @@ def build_server(
     ) -> dict[str, Any]:
         """Find the memories most relevant to a query, best first."""
         scopes = _checked(lambda: place.scopes(scope))
-        found = await _run(
-            lambda: open_store().recall(
-                query, scopes=scopes, tags=tags or (), limit=min(limit, MAX_LIMIT)
+        with metrics.timed(metrics.memory_recall):
+            found = await _run(
+                lambda: open_store().recall(
+                    query, scopes=scopes, tags=tags or (), limit=min(limit, MAX_LIMIT)
+                )
             )
-        )
         await _run(lambda: open_store().mark_recalled([h.memory.id for h in found.hits]))
         out: dict[str, Any] = {
             "memories": [

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from crow.config import ServerSettings
 from crow.serve import stdio as serve
 from crow.store.db import SqliteStore, Store, StoreUnavailable
 
@@ -35,7 +36,7 @@ async def test_a_failed_start_closes_the_store(tmp_path, monkeypatch, serving):
 
     monkeypatch.setattr(serve, "open_store", open_store)
     monkeypatch.setattr(serve, "CrowAgent", failing_agent)
-    config: Any = SimpleNamespace(store_location=tmp_path / "crow.db")
+    config: Any = SimpleNamespace(store_location=tmp_path / "crow.db", server=ServerSettings())
     with pytest.raises(StoreUnavailable):
         await serving(config)
     [store] = opened
