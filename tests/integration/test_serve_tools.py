@@ -436,15 +436,16 @@ def test_ask_client_servers_asks_before_starting_one(crow, scripted_model, optio
     agent = crow(extra="[tools]\nbuiltin = []\n\n[mcp]\nask_client_servers = true\n")
     server = {"type": "stdio", "name": "mine", "command": PROBE[0], "args": [PROBE[1]], "env": []}
     new = {"cwd": "/tmp", "mcpServers": [server]}
-    agent.send({"jsonrpc": "2.0", "id": "new", "method": "session/new", "params": new})
+    sid = agent.request("session/new", new)[0]["result"]["sessionId"]
+    # The servers start at the first turn (an idle session runs none): it asks then.
+    prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}
+    agent.send({"jsonrpc": "2.0", "id": "prompt", "method": "session/prompt", "params": prompt})
     seen = until_request(agent, "session/request_permission")
     asked = seen[-1]["params"]
     assert asked["subject"]["type"] == "command" and PROBE[1] in asked["subject"]["command"]
     assert asked["subject"]["cwd"] == "/tmp"
     answer(agent, seen[-1], selected(option))
-    response = next((m for m in seen if m.get("id") == "new"), None)
-    sid = (response or agent.until_response("new")[0])["result"]["sessionId"]
-    agent.run_turn(sid, "hello")
+    agent.until_update(is_idle)
     offered = [t["function"]["name"] for t in scripted_model.requests[0].get("tools", [])]
     assert ("mine__echo" in offered) == (option == "allow_once")
 

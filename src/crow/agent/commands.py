@@ -8,6 +8,7 @@ An unknown ``/word`` goes to the model as ordinary text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -134,10 +135,13 @@ def available_commands() -> list[schema.AvailableCommand]:
 
 
 def available_commands_update() -> dict[str, Any]:
-    return {
-        "sessionUpdate": "available_commands_update",
-        "availableCommands": [c.to_wire() for c in available_commands()],
-    }
+    return {"sessionUpdate": "available_commands_update", "availableCommands": _wire_commands()}
+
+
+@functools.cache
+def _wire_commands() -> list[dict[str, Any]]:
+    """The commands as sent: made once (every session/new announces them)."""
+    return [c.to_wire() for c in available_commands()]
 
 
 def parse(blocks: list[Any]) -> tuple[Command, str] | None:

@@ -26,10 +26,7 @@ from .session import LiveSession
 from .tooling import client_servers, start_tools
 from .watchers import Watcher
 
-__all__ = ["MAX_SESSIONS_PER_CONNECTION", "MethodsHost", "SessionMethods", "clients"]
-
-#: Sessions one connection may have open at once (each holds tool servers).
-MAX_SESSIONS_PER_CONNECTION = 64
+__all__ = ["MethodsHost", "SessionMethods", "clients"]
 
 
 class MethodsHost(SessionHost, Protocol):
@@ -51,6 +48,9 @@ class SessionMethods:
 
     def __init__(self, host: MethodsHost) -> None:
         self.host = host
+        #: The sessions each connection opened (some may be closed since): counting a
+        #: connection's open sessions looks at these, not at every live session.
+        self.opened: dict[Watcher, set[str]] = {}
 
     async def new_session(
         self, watcher: Watcher, params: schema.NewSessionRequest
@@ -75,6 +75,7 @@ class SessionMethods:
         )
         session = self.host.activate(record)
         session.watchers.add(watcher)
+        self.opened.setdefault(watcher, set()).add(session.id)
         self.start_tools(session, servers, dirs, watcher)
         await verdicts.judge_if_verified(self.host, session)
         self.host.spawn(
@@ -136,6 +137,7 @@ class SessionMethods:
         if not session.busy:  # the complete new set of servers and roots (§5.3)
             self.start_tools(session, servers, dirs, watcher)
         await session.attach(watcher, replay)
+        self.opened.setdefault(watcher, set()).add(session.id)
         if session.held:  # the queue as it is now (a replay has none of its history)
             update = session.held.snapshot(watcher)
             watcher.deliver(session.id, None, update, orjson.dumps(update))
@@ -236,7 +238,7 @@ class SessionMethods:
         background jobs).  A replaced set is closed in the background, so a
         cancelled resume never leaves the session without tools."""
         setup = (tuple(servers), tuple(dirs))
-        if session.tools is not None and session.tool_setup == setup:
+        if session.tool_setup is not None and session.tool_setup == setup:
             return
         old = session.detach_tools()
         start_tools(session, self.host.config, servers, dirs, getattr(watcher, "mcp_links", None))
@@ -246,11 +248,15 @@ class SessionMethods:
             self.host.spawn(old, name=f"retool-{session.id}")
 
     def check_session_limit(self, watcher: Watcher) -> None:
-        open_here = sum(1 for s in self.host.live.values() if watcher in s.watchers)
-        if open_here >= MAX_SESSIONS_PER_CONNECTION:
+        """``[server] max_sessions_per_connection``: a connection at it opens no more."""
+        limit = self.host.config.server.max_sessions_per_connection
+        ids = self.opened.get(watcher, set())
+        live = self.host.live
+        ids &= {i for i in ids if (s := live.get(i)) is not None and watcher in s.watchers}
+        if len(ids) >= limit:
             raise InvalidRequest(
-                f"Too many open sessions on this connection (limit "
-                f"{MAX_SESSIONS_PER_CONNECTION}): close one with session/close first"
+                f"Too many open sessions on this connection (limit {limit}, "
+                "[server] max_sessions_per_connection): close one with session/close first"
             )
 
 

@@ -153,6 +153,7 @@ class CrowAgent:
     def detach(self, watcher: Watcher) -> None:
         """A connection has gone: its sessions stop sending to it, and those
         nobody watches any more are unloaded once idle (a running turn goes on)."""
+        self.methods.opened.pop(watcher, None)
         for session in list(self.live.values()):
             if session.judge is watcher:
                 session.judge = None

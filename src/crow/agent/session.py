@@ -10,7 +10,7 @@ doubled; a crash can lose nothing a client has seen.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,8 @@ from .watchers import Watcher
 
 __all__ = ["LiveSession", "RunningTurn"]
 
+#: Logged updates a replay reads at a time (a page is a few hundred KiB).
+REPLAY_PAGE = 1000
 #: A wait shorter than this is not worth a notice: it would flicker past.
 NOTICE_WAITS_AFTER_S = 0.25
 
@@ -75,6 +77,8 @@ class LiveSession:
     permissions: Permissions | None = None
     tools: ToolHub | None = None
     tools_started: asyncio.Task[None] | None = None  # the first prompt waits for it
+    #: What starts the tools (crow.agent.tooling.start_tools), until the first turn calls it.
+    tools_pending: Callable[[], None] | None = None
     tool_setup: Any = None  # the (servers, directories) the tools were started with
     questions: set[Question] = field(default_factory=set)  # open permission questions
     #: A client registered as the session's judge (crow.agent.verdicts.may_judge).
@@ -121,7 +125,11 @@ class LiveSession:
 
     async def ready_tools(self) -> ToolHub | None:
         """The session's tool hub once its servers have started (or failed).
-        A wait long enough to notice is said in a live ``notice``, and its end."""
+        A wait long enough to notice is said in a live ``notice``, and its end.
+        The first call starts them."""
+        if self.tools_pending is not None:
+            launch, self.tools_pending = self.tools_pending, None
+            launch()
         started = self.tools_started
         if started is None or started.done():
             return self.tools
@@ -139,6 +147,7 @@ class LiveSession:
             job.cancel()
         hub, started = self.tools, self.tools_started
         self.tools, self.tools_started, self.tool_setup = None, None, None
+        self.tools_pending = None
         if hub is None and started is None:
             return None
         return _close_tools(hub, started)
@@ -309,22 +318,43 @@ class LiveSession:
     async def attach(self, watcher: Watcher, replay_after: int | None) -> None:
         """Start sending to ``watcher``: first the log after ``replay_after``
         (None: no replay), then the current state, then the live updates, with
-        nothing between them.  An open permission question is put to it too."""
+        nothing between them.  An open permission question is put to it too.
+
+        A long log is read and sent a page at a time, waiting for the watcher to
+        take each (its memory stays bounded, the first update goes out at once),
+        without the log's lock while full pages come: the session's turn goes on
+        meanwhile.  The tail is sent under the lock, then the live updates follow."""
+        after = replay_after
+        if after is not None and watcher not in self.watchers:  # (else live ones interleave)
+            after = await self._replay_pages(watcher, after, locked=False)
         async with self.log_lock:
             shared = self.store.shared
             if shared:
                 await self._catch_up_locked()  # the others' updates, to those watching
-            if replay_after is not None:
-                for seq, body in await self.store.replay(self.id, after=replay_after):
-                    if shared and seq > self.delivered:
-                        break  # logged elsewhere just now: the next catch-up sends it
-                    watcher.replay(self.id, seq, body)
+            if after is not None:
+                await self._replay_pages(watcher, after, locked=True)
             self.watchers.add(watcher)
             await watcher.resumed(self.id, self.state_snapshot())
         if watcher.follower:
             return  # a judge reads; only clients are asked
         for question in self.questions:
             question.ask(watcher)
+
+    async def _replay_pages(self, watcher: Watcher, after: int, *, locked: bool) -> int:
+        """Send ``watcher`` the log after ``after``, a page at a time, to its end;
+        returns where it stopped (the last seq read).  Unlocked, a page waits while
+        the watcher lags; under the log's lock nothing waits for a slow reader."""
+        while True:
+            rows, last = await self.store.replay_page(self.id, after=after, limit=REPLAY_PAGE)
+            for seq, body in rows:
+                if self.store.shared and seq > self.delivered:
+                    return seq - 1  # logged elsewhere just now: a catch-up sends it
+                watcher.replay(self.id, seq, body)
+            if last == after:
+                return after
+            after = last
+            if not locked:  # let the writer send this page; wait if the reader lags
+                await (watcher.drained() if watcher.backed_up else asyncio.sleep(0))
 
     async def ask(self, question: Question) -> Any:
         """Put ``question`` to every watcher, and to every one that attaches while it

@@ -1,6 +1,6 @@
 """A session's tools: which MCP servers it gets, and starting them.
 
-Every session gets the built-in servers (fs confined to its cwd and
+Every session gets, at its first turn, the built-in servers (fs confined to its cwd and
 additional directories, terminal in its cwd, web, memory for its project), the servers of
 ``[mcp.servers]`` in config.toml, and the ``mcpServers`` its client named in
 ``session/new`` or ``session/resume`` (ACP-V2.md §5.1): stdio and http, each
@@ -161,23 +161,29 @@ def start_tools(
     extra_dirs: list[str],
     acp: Any = None,
 ) -> None:
-    """Start the session's servers in the background; the first prompt waits.
-    ``acp``: the ``AcpMcpLinks`` of the client that named acp servers, if any."""
+    """Set the session's servers to start at its first turn (``LiveSession.ready_tools``),
+    in the background; that turn waits.  An idle session holds no servers: a thousand
+    open sessions cost no more than their state.  ``acp``: the ``AcpMcpLinks`` of the
+    client that named acp servers, if any."""
     session.permissions = session.permissions or Permissions(config.tools, config.paths)
-    hub = session.tools = ToolHub(on_event=session.note)
-    builtins = builtin_servers(config, session.record.cwd, extra_dirs, session.id)
 
-    async def start() -> None:
-        chosen = await _approved(session, specs) if config.tools.ask_client_servers else specs
-        servers = hub.start(
-            builtins,
-            [*config.tools.servers, *chosen],
-            builtin_timeout_s=config.tools.timeout_s,
-            acp=acp,
-        )
-        await asyncio.gather(servers, _warm_memory(config))
+    def launch() -> None:
+        hub = session.tools = ToolHub(on_event=session.note)
+        builtins = builtin_servers(config, session.record.cwd, extra_dirs, session.id)
 
-    session.tools_started = asyncio.create_task(start(), name=f"tools-{session.id}")
+        async def start() -> None:
+            chosen = await _approved(session, specs) if config.tools.ask_client_servers else specs
+            servers = hub.start(
+                builtins,
+                [*config.tools.servers, *chosen],
+                builtin_timeout_s=config.tools.timeout_s,
+                acp=acp,
+            )
+            await asyncio.gather(servers, _warm_memory(config))
+
+        session.tools_started = asyncio.create_task(start(), name=f"tools-{session.id}")
+
+    session.tools_pending = launch
 
 
 async def _warm_memory(config: Config) -> None:

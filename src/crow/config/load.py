@@ -247,6 +247,11 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
             table.get("shutdown_grace_s", defaults.shutdown_grace_s),
         ),
         **_observing(source, table, defaults),
+        max_sessions_per_connection=as_positive_int(
+            source,
+            "server.max_sessions_per_connection",
+            table.get("max_sessions_per_connection", defaults.max_sessions_per_connection),
+        ),
     )
 
 

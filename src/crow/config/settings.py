@@ -136,6 +136,7 @@ class ServerSettings:
     log_format: str = "text"  # or "json": one object per line, for log shippers
     log_max_mib: float = 10.0  # crow.log is rotated past this size ...
     log_backups: int = 5  # ... keeping this many old files (crow.log.1 ...)
+    max_sessions_per_connection: int = 64  # sessions one connection may have open at once
 
 
 #: The formats of crow serve's log lines ([server] log_format).

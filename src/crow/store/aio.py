@@ -306,6 +306,14 @@ class AsyncStore:
         updates: list[tuple[int, bytes]] = await self._read("replay", session_id, after=after)
         return updates
 
+    async def replay_page(
+        self, session_id: str, *, after: int, limit: int
+    ) -> tuple[list[tuple[int, bytes]], int]:
+        page: tuple[list[tuple[int, bytes]], int] = await self._read(
+            "replay_page", session_id, after=after, limit=limit
+        )
+        return page
+
     async def updates(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
         """Every logged update after ``after``, state changes included."""
         rows: list[tuple[int, bytes]] = await self._read("updates_list", session_id, after=after)

@@ -319,6 +319,16 @@ class Store(ABC):
             if not body.startswith(STATE_UPDATE_PREFIX)
         ]
 
+    def replay_page(
+        self, session_id: str, *, after: int, limit: int
+    ) -> tuple[list[tuple[int, bytes]], int]:
+        """``replay`` a page at a time: of the next ``limit`` logged updates, those a
+        replay shows, and the last seq read (``after`` if none): where the next starts."""
+        rows = self.db.execute(self.sql.updates_page, (session_id, after, limit)).fetchall()
+        last = rows[-1][0] if rows else after
+        shown = [(seq, body.encode()) for seq, body in rows]
+        return [(q, b) for q, b in shown if not b.startswith(STATE_UPDATE_PREFIX)], last
+
     def last_seq(self, session_id: str) -> int:
         return int(self.db.execute(self.sql.last_seq, (session_id,)).fetchone()[0])
 

@@ -89,6 +89,13 @@ class SessionStore(Protocol):
 
     async def replay(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]: ...
 
+    async def replay_page(
+        self, session_id: str, *, after: int, limit: int
+    ) -> tuple[list[tuple[int, bytes]], int]:
+        """Of the next ``limit`` updates after ``after``, those a replay shows, and the
+        last seq read (``after`` if none)."""
+        ...
+
     async def updates(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]: ...
 
     async def last_seq(self, session_id: str) -> int: ...

@@ -71,6 +71,9 @@ class Statements:
     append_at: str = "INSERT INTO updates (session_id, seq, body) VALUES ({p}, {p}, {p})"
     last_seq: str = "SELECT COALESCE(MAX(seq), 0) FROM updates WHERE session_id = {p}"
     updates: str = "SELECT seq, body FROM updates WHERE session_id = {p} AND seq > {p} ORDER BY seq"
+    updates_page: str = (
+        "SELECT seq, body FROM updates WHERE session_id = {p} AND seq > {p} ORDER BY seq LIMIT {p}"
+    )
     set_idle: str = (
         "UPDATE sessions SET state = {p}, stop_reason = {p}, owner = NULL, owner_pid = NULL,"
         " lease_expires = NULL, updated_at = COALESCE({p}, updated_at) WHERE id = {p}"
