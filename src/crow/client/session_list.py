@@ -8,8 +8,10 @@ migrations, its locking), and only read.  Through an agent the same rows come
 from ``session/list`` (``crow.client.sessions``), and are shown the same way.
 
 Judge sessions (a judge's reasoning about another session, ``judge of …``) are
-left out unless ``--all``; ``--limit N`` shows the newest N (0: all).  This
-module imports no ACP code: the list stays fast.
+left out unless ``--all``; ``--limit N`` shows the newest N (0: all).  Only the
+pages holding those are read, so a store of 100,000 sessions lists as fast as one
+of 100 (how many more there are is then not counted).  This module imports no ACP
+code: the list stays fast.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def list_local(args: argparse.Namespace) -> int:
     except StoreError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         return 7
+    wanted = DEFAULT_LIMIT if args.limit is None else args.limit
     try:
         rows: list[Row] = []
         cursor = None
@@ -76,13 +79,17 @@ def list_local(args: argparse.Namespace) -> int:
             ]
             if cursor is None:
                 break
+            if wanted > 0 and sum(args.all or r.judgeOf is None for r in rows) > wanted:
+                return show(rows, args, complete=False)  # a long store: read what is shown
     finally:
         store.close()
     return show(rows, args)
 
 
-def show(rows: list[Row], args: argparse.Namespace) -> int:
-    """Print ``rows`` (newest first) as ``args`` ask: --all, --limit, --json."""
+def show(rows: list[Row], args: argparse.Namespace, *, complete: bool = True) -> int:
+    """Print ``rows`` (newest first) as ``args`` ask: --all, --limit, --json.
+    ``complete``: the rows are every session (else the newest, more than are shown,
+    and the counts of those left out are not known)."""
     listed = [r for r in rows if args.all or r.judgeOf is None]
     hidden = len(rows) - len(listed)
     limit = DEFAULT_LIMIT if args.limit is None else args.limit
@@ -96,10 +103,12 @@ def show(rows: list[Row], args: argparse.Namespace) -> int:
     else:
         _table(shown)
     more = len(listed) - len(shown)
+    counted = f"{more} " if complete else ""
     if more:
-        print(f"crow: {more} older not shown (--limit N shows N, --limit 0 all)", file=sys.stderr)
+        print(f"crow: {counted}older not shown (--limit N shows N, --limit 0 all)", file=sys.stderr)
     if hidden and not args.all:
-        print(f"crow: {hidden} judge sessions not shown (--all shows them)", file=sys.stderr)
+        counted = f"{hidden} " if complete else ""
+        print(f"crow: {counted}judge sessions not shown (--all shows them)", file=sys.stderr)
     return 0
 
 
