@@ -6,7 +6,8 @@
 - ``live``: ``crow serve --http`` (the default built-in tool servers, against the
   zero-latency model of ``bench/zero_model.py``); ``--connections`` WebSocket
   connections each open ``--sessions`` sessions with ``session/new``, all the
-  connections at once, each one request after another.  Printed: ``session/new``
+  connections at once, each one request after another (after one session opened and
+  closed: the server's first use imports more).  Printed: ``session/new``
   p50/p99/max, and the server's memory (VmRSS from /proc, once it has settled) per
   session beyond the first round of ``--connections`` sessions.
 - ``list``: a store filled directly (the store API, one transaction) with
@@ -135,6 +136,8 @@ def serve(home: Path) -> tuple[subprocess.Popen[str], str]:
 # ---- live: many sessions open at once -------------------------------------------------
 async def live(url: str, pid: int, connections: int, per: int) -> None:
     sockets = [await Ws(url).open() for _ in range(connections)]
+    warm = await sockets[0].call("session/new", {"cwd": "/tmp", "mcpServers": []})
+    await sockets[0].call("session/close", {"sessionId": warm["sessionId"]})  # first-use imports
     before = await settled_rss(pid)
     times: list[float] = []
 
@@ -229,7 +232,11 @@ def fill_updates(home: Path, count: int) -> str:
     store = SqliteStore(home / "crow.db")
     sid = "sess_" + "f" * 16
     body = json.dumps(
-        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "word " * 20}}
+        {
+            "sessionUpdate": "agent_message_chunk",
+            "messageId": "msg_bench",
+            "content": {"type": "text", "text": "word " * 20},
+        }
     ).encode()
     try:
         store.create_session(session_id=sid, cwd="/tmp", now="2026-12-02T00:00:00.000Z")

@@ -300,3 +300,47 @@ async def test_a_client_that_disconnects_does_not_stop_the_turn(server, scripted
 def test_an_oversized_body_is_refused_with_413(server):
     big = {**INIT, "params": {**INIT["params"], "_meta": {"pad": "x" * (65 * 1024 * 1024)}}}
     assert post(server.url, big).status_code == 413
+
+
+async def test_a_long_replay_during_a_turn_gives_the_log_once_in_order(crow_home, scripted_model):
+    """A log of several replay pages, resumed with replay while a turn appends: the
+    pages go out without the log's lock, the tail with it; the resuming client gets
+    every logged update exactly once, in log order, then the live ones."""
+    from crow.store.db import SqliteStore
+
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    running = HttpServer()
+    scripted_model.script(Text(text=" ".join(f"w{n}" for n in range(40)), chunks=40, delay_s=0.02))
+    first = recording(await client_for(running.ws_url))
+    second = recording(await client_for(running.url))
+    try:
+        async with asyncio.timeout(60):
+            session = await first.new_session("/tmp")
+            store = SqliteStore(crow_home / "crow.db")
+            old = {"sessionUpdate": "agent_message_chunk", "messageId": "msg_old"}
+            for start in range(0, 2500, 500):
+                bodies = [
+                    json.dumps({**old, "content": {"type": "text", "text": f"old{n} "}}).encode()
+                    for n in range(start, start + 500)
+                ]
+                store.append_updates([(session.id, b, None, None, None) for b in bodies])
+            turn = await session.prompt("go")
+            while "w3" not in session.projection.text():
+                await first.next_update(session.id)
+            watcher = await second.resume_session(session.id, "/tmp", replay=True)
+            await session.wait(turn)
+            while watcher.projection.state != "idle" or not watcher.projection.stop_reason:
+                await second.next_update(session.id)
+        logged = [json.loads(body) for _, body in store.replay(session.id)]
+        store.close()
+        seen = wire(second, session.id)
+        snapshot = next(i for i, u in enumerate(seen) if is_state(u))
+        content = [u for u in seen if not is_state(u)]
+        assert content == logged  # nothing missing, nothing twice, the log's order
+        assert snapshot >= 2500  # the snapshot follows the replay
+        assert watcher.projection.text().startswith("old0 old1 ")
+        assert watcher.projection.text().endswith(session.projection.text()[-20:])
+    finally:
+        await first.aclose()
+        await second.aclose()
+        running.stop()

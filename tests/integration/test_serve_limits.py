@@ -8,7 +8,7 @@ from __future__ import annotations
 from crow_testing.fakemodel import Text
 from crow_testing.serve_support import notes, updates
 
-from crow.acp.errors import INVALID_PARAMS
+from crow.acp.errors import INVALID_PARAMS, INVALID_REQUEST
 
 
 def test_a_prompt_over_the_limit_is_refused_and_not_stored(crow, scripted_model):
@@ -53,3 +53,23 @@ def test_a_title_has_a_bounded_length(crow):
     agent.run_turn(sid, "/title A fine title")
     listed, _ = agent.request("session/list", {})
     assert [s.get("title") for s in listed["result"]["sessions"]] == ["A fine title"]
+
+
+def test_a_connection_opens_at_most_max_sessions_per_connection(crow):
+    """[server] max_sessions_per_connection: the next session/new (or a resume of a
+    session not open here) is refused with -32600 and one line; closing one frees a place."""
+    agent = crow(extra="[server]\nmax_sessions_per_connection = 3\n")
+    open_ones = [agent.new_session() for _ in range(3)]
+    refused, _ = agent.request("session/new", {"cwd": "/tmp", "mcpServers": []})
+    assert refused["error"]["code"] == INVALID_REQUEST
+    message = refused["error"]["message"]
+    assert "\n" not in message and "(limit 3, [server] max_sessions_per_connection)" in message
+    agent.request("session/close", {"sessionId": open_ones[0]})
+    fourth = agent.new_session()
+    refused, _ = agent.resume(open_ones[0])
+    assert refused["error"]["code"] == INVALID_REQUEST
+    resumed, _ = agent.resume(fourth)  # open here already: no new place taken
+    assert "result" in resumed
+    agent.request("session/close", {"sessionId": open_ones[1]})
+    resumed, _ = agent.resume(open_ones[0])
+    assert "result" in resumed

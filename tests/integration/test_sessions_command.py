@@ -137,3 +137,21 @@ def test_show_says_how_turns_ended(crow_home, scripted_model):
         "you> third",
         "third answer",
     ]
+
+
+def test_a_long_store_lists_its_newest_without_reading_the_rest(crow_home, scripted_model):
+    """Over a page of sessions: the newest 30 are read and shown, the older ones said
+    to exist (not counted: that would read them all); --limit 0 still lists every one."""
+    write_config(crow_home, scripted_model.base_url)
+    store = SqliteStore(crow_home / "crow.db")
+    for n in range(200):
+        stamp = f"2026-12-01T10:{n // 60:02d}:{n % 60:02d}.000Z"
+        store.create_session(session_id=f"sess_{n:04d}bbbb", cwd="/tmp", now=stamp)
+    store.close()
+    listed = crow("sessions")
+    assert listed.returncode == 0, listed.stderr
+    rows = listed.stdout.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == [f"sess_{n:04d}bbbb" for n in range(199, 169, -1)]
+    assert "crow: older not shown (--limit N shows N, --limit 0 all)" in listed.stderr
+    everything = crow("sessions", "--limit", "0", "--json")
+    assert len(everything.stdout.splitlines()) == 200

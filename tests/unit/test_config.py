@@ -168,6 +168,17 @@ def test_server_init_timeout_defaults_to_10_s_and_is_configurable(paths):
         load_config(paths)
 
 
+@pytest.mark.parametrize("bad", ["0", "-3", "2.5", '"many"'])
+def test_max_sessions_per_connection_defaults_to_64_and_must_be_a_positive_integer(paths, bad):
+    assert load_config(paths).server.max_sessions_per_connection == 64
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text("[server]\nmax_sessions_per_connection = 1000\n")
+    assert load_config(paths).server.max_sessions_per_connection == 1000
+    paths.config_file.write_text(f"[server]\nmax_sessions_per_connection = {bad}\n")
+    with pytest.raises(ConfigError, match=r"server\.max_sessions_per_connection"):
+        load_config(paths)
+
+
 def test_a_file_with_a_fallback_chain_and_overrides(paths):
     paths.home.mkdir(parents=True)
     paths.config_file.write_text(
