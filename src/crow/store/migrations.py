@@ -89,6 +89,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX held_by_session ON held_prompts (session_id, position);
     """,
+    # 4 -> 5: session/list with a cwd reads that cwd's sessions, newest first, not
+    # every session until enough match (100,000 sessions, 10 in the cwd: 26 ms -> 1 ms).
+    """
+    CREATE INDEX sessions_by_cwd ON sessions (cwd, deleted, updated_at DESC, id DESC);
+    """,
 ]
 
 
