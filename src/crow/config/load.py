@@ -246,12 +246,12 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
             "server.shutdown_grace_s",
             table.get("shutdown_grace_s", defaults.shutdown_grace_s),
         ),
-        **_observing(source, table, defaults),
         max_sessions_per_connection=as_positive_int(
             source,
             "server.max_sessions_per_connection",
             table.get("max_sessions_per_connection", defaults.max_sessions_per_connection),
         ),
+        **_observing(source, table, defaults),
     )
 
 
