@@ -9,7 +9,9 @@
   connections at once, each one request after another (after one session opened and
   closed: the server's first use imports more).  Printed: ``session/new``
   p50/p99/max, and the server's memory (VmRSS from /proc, once it has settled) per
-  session beyond the first round of ``--connections`` sessions.
+  session beyond the first round of ``--connections`` sessions.  ``--turns``: then
+  one prompt in each session, and the memory after (``--wait-s S``: and S s later,
+  e.g. past ``[server] unload_idle_s`` given with ``--extra``).
 - ``list``: a store filled directly (the store API, one transaction) with
   ``--stored`` sessions in 100 cwds (and 10 in one more); over one WebSocket,
   ``session/list`` of the first page, of pages further on (by ``nextCursor``), with a
@@ -136,17 +138,36 @@ def serve(home: Path) -> tuple[subprocess.Popen[str], str]:
 
 
 # ---- live: many sessions open at once -------------------------------------------------
-async def live(url: str, pid: int, connections: int, per: int) -> None:
+async def one_turn_each(sockets: list[Ws], ids: dict[Ws, list[str]]) -> None:
+    """A prompt in every session (each connection's one after another), to its idle."""
+
+    async def turns(ws: Ws) -> None:
+        idle: asyncio.Queue[None] = asyncio.Queue()
+        ws.on_update = lambda raw: idle.put_nowait(None) if b'"state":"idle"' in raw else None
+        for sid in ids[ws]:
+            prompt = [{"type": "text", "text": "hello"}]
+            await ws.call("session/prompt", {"sessionId": sid, "prompt": prompt})
+            await idle.get()
+
+    await asyncio.gather(*(turns(ws) for ws in sockets))
+
+
+async def live(
+    url: str, pid: int, connections: int, per: int, turns: bool = False, wait_s: float = 0
+) -> None:
     sockets = [await Ws(url).open() for _ in range(connections)]
     warm = await sockets[0].call("session/new", {"cwd": "/tmp", "mcpServers": []})
     await sockets[0].call("session/close", {"sessionId": warm["sessionId"]})  # first-use imports
     before = await settled_rss(pid)
     times: list[float] = []
 
+    ids: dict[Ws, list[str]] = {ws: [] for ws in sockets}
+
     async def one_round(ws: Ws) -> None:
         started = time.perf_counter()
-        await ws.call("session/new", {"cwd": "/tmp", "mcpServers": []})
+        made = await ws.call("session/new", {"cwd": "/tmp", "mcpServers": []})
         times.append(time.perf_counter() - started)
+        ids[ws].append(made["sessionId"])
 
     await asyncio.gather(*(one_round(ws) for ws in sockets))  # the first session of each
     first = await settled_rss(pid)
@@ -166,6 +187,15 @@ async def live(url: str, pid: int, connections: int, per: int) -> None:
     )
     per_session = (after - first) / (total - connections)
     print(f"  per session beyond the first {connections}: {per_session:.0f} KiB")
+    if turns:
+        await one_turn_each(sockets, ids)
+        turned = await settled_rss(pid, quiet_s=2.0)
+        grown = (turned - after) / total
+        print(f"  after one turn in each: {turned / 1024:.0f} MiB, {grown:.0f} KiB more a session")
+        if wait_s:
+            await asyncio.sleep(wait_s)
+            rested = await settled_rss(pid, quiet_s=2.0)
+            print(f"  {wait_s:.0f} s later: {rested / 1024:.0f} MiB")
     for ws in sockets:
         await ws.close()
 
@@ -303,6 +333,8 @@ def main() -> None:
     parser.add_argument("--stored", type=int, default=100_000)
     parser.add_argument("--updates", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=50, help="session/list calls of each kind")
+    parser.add_argument("--turns", action="store_true", help="live: then a turn in each")
+    parser.add_argument("--wait-s", type=float, default=0, help="live: RSS again this later")
     parser.add_argument("--extra", default="", help="more config.toml, e.g. a [server] table")
     args = parser.parse_args()
     parts = args.parts.split(",")
@@ -314,7 +346,16 @@ def main() -> None:
                 write_config(home, base_url, extra=args.extra)
                 server, url = serve(home)
                 try:
-                    asyncio.run(live(url, server.pid, args.connections, args.sessions))
+                    asyncio.run(
+                        live(
+                            url,
+                            server.pid,
+                            args.connections,
+                            args.sessions,
+                            args.turns,
+                            args.wait_s,
+                        )
+                    )
                 finally:
                     stop(server)
             if "list" in parts:

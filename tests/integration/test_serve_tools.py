@@ -7,12 +7,14 @@ asks for its tools.
 from __future__ import annotations
 
 import base64
+import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from crow_testing.fakemodel import Text, ToolCalls
-from crow_testing.serve_support import is_idle, notes, updates
+from crow_testing.serve_support import is_idle, notes, text_of, updates
 from crow_testing.support import ROOT
 
 from crow.acp.errors import INVALID_PARAMS
@@ -489,3 +491,50 @@ def test_a_result_over_the_cap_reaches_the_model_cut_and_is_kept_whole(
     )
     agent.run_turn(sid, "read the end of it")
     assert "line 015999" in scripted_model.requests[-1]["messages"][-1]["content"]
+
+
+def probes_of(pid):
+    """The probe servers running under the crow process ``pid`` (their own process groups)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                status = Path(f"/proc/{entry}/status").read_text()
+                command = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            ppid = next(line for line in status.splitlines() if line.startswith("PPid:"))
+            if int(ppid.split()[1]) == pid and b"mcp_probe" in command:
+                found.append(int(entry))
+    return found
+
+
+def test_an_idle_session_stops_its_tool_servers_and_its_next_turn_starts_them(crow, scripted_model):
+    """[server] unload_idle_s: after a quiet spell the session's servers are gone; the
+    next turn has the same tools, and a resume replays everything."""
+    scripted_model.script(
+        ToolCalls(calls=[("probe__echo", {"text": "one"})]),
+        Text(text="first"),
+        ToolCalls(calls=[("probe__echo", {"text": "two"})]),
+        Text(text="second"),
+    )
+    agent = crow(extra=probe_config(extra="[server]\nunload_idle_s = 0.3\n"))
+    sid = agent.new_session()
+    assert probes_of(agent.proc.pid) == []  # nothing runs before the first turn
+    first = agent.run_turn(sid, "echo one")
+    assert first[-1]["stopReason"] == "end_turn" and probes_of(agent.proc.pid)
+    deadline = time.monotonic() + 10
+    while probes_of(agent.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert probes_of(agent.proc.pid) == []  # stopped while the session idled
+    second = agent.run_turn(sid, "echo two")
+    assert second[-1]["stopReason"] == "end_turn"
+    assert [t["function"]["name"] for t in scripted_model.requests[2]["tools"]] == [
+        t["function"]["name"] for t in scripted_model.requests[0]["tools"]
+    ]
+    results = [u for u in tool_updates(second) if u.get("status") == "completed"]
+    assert results, second
+    _, replayed = agent.resume(sid, replayFrom={"type": "start"})
+    assert text_of(replayed) == "firstsecond"
+    done = [u for u in tool_updates(replayed) if u.get("status") == "completed"]
+    assert len(done) == 2

@@ -179,6 +179,16 @@ def test_max_sessions_per_connection_defaults_to_64_and_must_be_a_positive_integ
         load_config(paths)
 
 
+def test_unload_idle_s_defaults_to_300_and_must_not_be_negative(paths):
+    assert load_config(paths).server.unload_idle_s == 300.0
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text("[server]\nunload_idle_s = 0\n")
+    assert load_config(paths).server.unload_idle_s == 0.0
+    paths.config_file.write_text("[server]\nunload_idle_s = -1\n")
+    with pytest.raises(ConfigError, match=r"server\.unload_idle_s"):
+        load_config(paths)
+
+
 def test_a_file_with_a_fallback_chain_and_overrides(paths):
     paths.home.mkdir(parents=True)
     paths.config_file.write_text(

@@ -241,7 +241,8 @@ class SessionMethods:
         if session.tool_setup is not None and session.tool_setup == setup:
             return
         old = session.detach_tools()
-        start_tools(session, self.host.config, servers, dirs, getattr(watcher, "mcp_links", None))
+        links = getattr(watcher, "mcp_links", None)
+        start_tools(session, self.host.config, servers, dirs, links, self.host.maybe_quiet)
         self.host.learn_model(session.model)  # while the tool servers start
         session.tool_setup = setup
         if old is not None:

@@ -101,7 +101,7 @@ class CrowAgent:
         self.prompts = Prompts(self, self.cluster)
         self.methods = SessionMethods(self)
         self.judge: Follower | None = None  # set by crow serve
-        self.memory = MemoryRelease(lambda: not self.live)
+        self.memory = MemoryRelease(self._quiet)
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
@@ -296,9 +296,14 @@ class CrowAgent:
         self.maybe_quiet()
 
     def maybe_quiet(self) -> None:
-        """The last live session has gone: give the memory it used back soon."""
-        if not self.live and not self._shut_down:
+        """The last live session has gone, or stopped its tool servers: give the
+        memory they used back soon."""
+        if self._quiet() and not self._shut_down:
             self.memory.quiet()
+
+    def _quiet(self) -> bool:
+        """No session holds tool servers or runs a turn (none may be live)."""
+        return all(s.tools is None and not s.busy for s in self.live.values())
 
     # ---- helpers ------------------------------------------------------------------
     def live_session(self, session_id: str) -> LiveSession:

@@ -79,6 +79,8 @@ class LiveSession:
     tools_started: asyncio.Task[None] | None = None  # the first prompt waits for it
     #: What starts the tools (crow.agent.tooling.start_tools), until the first turn calls it.
     tools_pending: Callable[[], None] | None = None
+    turns_started: int = 0  # turns that asked for the tools (``ready_tools``)
+    idle_watch: asyncio.Task[None] | None = None  # stops the tools once idle long enough
     tool_setup: Any = None  # the (servers, directories) the tools were started with
     questions: set[Question] = field(default_factory=set)  # open permission questions
     #: A client registered as the session's judge (crow.agent.verdicts.may_judge).
@@ -127,6 +129,7 @@ class LiveSession:
         """The session's tool hub once its servers have started (or failed).
         A wait long enough to notice is said in a live ``notice``, and its end.
         The first call starts them."""
+        self.turns_started += 1
         if self.tools_pending is not None:
             launch, self.tools_pending = self.tools_pending, None
             launch()
@@ -145,12 +148,50 @@ class LiveSession:
         the watching of the processes they ran in the background)."""
         for job in list(self.jobs):
             job.cancel()
+        if self.idle_watch is not None:
+            self.idle_watch.cancel()
         hub, started = self.tools, self.tools_started
         self.tools, self.tools_started, self.tool_setup = None, None, None
-        self.tools_pending = None
+        self.tools_pending, self.idle_watch = None, None
         if hub is None and started is None:
             return None
         return _close_tools(hub, started)
+
+    def release_when_idle(
+        self, idle_s: float, launch: Callable[[], None], released: Callable[[], None] | None
+    ) -> None:
+        """Stop the tool servers once the session has been idle (no turn, nothing in
+        the background, no question or held prompt) for ``idle_s`` to ``2 * idle_s``;
+        ``launch`` starts them again at the next turn, as at the first; ``released``
+        is told once they have stopped."""
+        self.idle_watch = asyncio.create_task(
+            self._watch_idle(idle_s, launch, released), name=f"idle-tools-{self.id}"
+        )
+
+    async def _watch_idle(
+        self, idle_s: float, launch: Callable[[], None], released: Callable[[], None] | None
+    ) -> None:
+        quiet_before, turns = False, self.turns_started
+        while True:
+            await asyncio.sleep(idle_s)
+            quiet = (
+                not self.busy
+                and not self.background
+                and not self.questions
+                and not self.held
+                and turns == self.turns_started
+            )
+            if quiet and quiet_before:
+                break
+            quiet_before, turns = quiet, self.turns_started
+        self.idle_watch = None  # (detaching would cancel this very task)
+        setup = self.tool_setup
+        closing = self.detach_tools()
+        self.tools_pending, self.tool_setup = launch, setup
+        if closing is not None:
+            await closing
+        if released is not None:
+            released()
 
     async def close_tools(self) -> None:
         closing = self.detach_tools()

@@ -160,11 +160,14 @@ def start_tools(
     specs: list[McpServerSpec],
     extra_dirs: list[str],
     acp: Any = None,
+    released: Callable[[], None] | None = None,
 ) -> None:
     """Set the session's servers to start at its first turn (``LiveSession.ready_tools``),
     in the background; that turn waits.  An idle session holds no servers: a thousand
-    open sessions cost no more than their state.  ``acp``: the ``AcpMcpLinks`` of the
-    client that named acp servers, if any."""
+    open sessions cost no more than their state.  They stop again once the session has
+    been idle for ``[server] unload_idle_s`` (unless a client named servers of its own:
+    their state is theirs), and its next turn starts them anew.  ``acp``: the ``AcpMcpLinks`` of the
+    client that named acp servers, if any; ``released``: called once they have stopped."""
     session.permissions = session.permissions or Permissions(config.tools, config.paths)
 
     def launch() -> None:
@@ -182,6 +185,8 @@ def start_tools(
             await asyncio.gather(servers, _warm_memory(config))
 
         session.tools_started = asyncio.create_task(start(), name=f"tools-{session.id}")
+        if config.server.unload_idle_s > 0 and not specs:  # a client's own servers stay up
+            session.release_when_idle(config.server.unload_idle_s, launch, released)
 
     session.tools_pending = launch
 

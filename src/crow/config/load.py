@@ -251,6 +251,9 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
             "server.max_sessions_per_connection",
             table.get("max_sessions_per_connection", defaults.max_sessions_per_connection),
         ),
+        unload_idle_s=as_non_negative(
+            source, "server.unload_idle_s", table.get("unload_idle_s", defaults.unload_idle_s)
+        ),
         **_observing(source, table, defaults),
     )
 
