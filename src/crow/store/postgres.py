@@ -19,15 +19,15 @@ import contextlib
 import logging
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from .backend import BUSY_TIMEOUT_MS, Store
 from .listen import Heard, follow_updates
 from .migrations import migrate_postgres
-from .records import StoreError, database_errors
-from .sql import Statements
+from .records import PendingMessage, PendingUpdate, StoreError, database_errors
+from .sql import UPDATES_CHANNEL, Statements
 from .urls import redact_url
 
 log = logging.getLogger("crow.store")
@@ -100,6 +100,47 @@ class PostgresStore(Store):
             raise
         self.db = connection
 
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """A write transaction in one round trip, or as few as its reads need
+        (``PostgresConnection.transaction``)."""
+        with self.db.transaction():
+            yield
+
+    def append_updates(
+        self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
+    ) -> list[int]:
+        """``Store.append_updates`` in statements that need no answer before the next,
+        in one pipelined transaction: one round trip.  The sessions are locked (in
+        one order: two servers' batches never wait on each other in a circle), then
+        one statement per session numbers its rows from its last seq, inserts them
+        and announces the last; its snapshot is taken once the lock was granted, so
+        the last seq it reads is the last.  The seqs are read after the commit."""
+        bodies: dict[str, list[str]] = {}
+        for session_id, body, *_ in batch:
+            bodies.setdefault(session_id, []).append(body.decode())
+        with self._transaction():
+            for session_id, message, kind in transcript or ():
+                self._add_message(session_id, message, kind)
+            for session_id in sorted(bodies):
+                self._lock_session(session_id)
+            added = {
+                session_id: self.db.execute(
+                    _APPEND_ROWS, (session_id, session_id, rows, session_id)
+                )
+                for session_id, rows in bodies.items()
+            }
+            self._record_states(batch)
+        following = {s: int(c.fetchone()[0]) - len(bodies[s]) + 1 for s, c in added.items()}
+        seqs = []
+        for session_id, *_ in batch:
+            seqs.append(following[session_id])
+            following[session_id] += 1
+        return seqs
+
+    def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
+        self._insert_message(session_id, message, kind)  # its seq unread: no wait for it
+
     def _begin(self) -> None:
         self.db.begin()
 
@@ -129,6 +170,15 @@ class PostgresStore(Store):
         # Servers appending to one session wait for each other on its row: MAX(seq) + 1
         # is then never computed twice.
         self.db.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+
+
+#: A session's new rows numbered after its last seq, inserted, and the last announced.
+_APPEND_ROWS = (
+    "WITH last AS (SELECT COALESCE(MAX(seq), 0) AS seq FROM updates WHERE session_id = %s),"
+    " added AS (INSERT INTO updates (session_id, seq, body) SELECT %s, last.seq + row.n,"
+    " row.body FROM last, unnest(%s::text[]) WITH ORDINALITY AS row(body, n) RETURNING seq)"
+    f" SELECT MAX(seq), pg_notify('{UPDATES_CHANNEL}', %s || ' ' || MAX(seq)) FROM added"
+)
 
 
 class PostgresConnection:
@@ -210,6 +260,24 @@ class PostgresConnection:
         with self.ready().cursor() as cursor:
             cursor.executemany(sql, rows)
 
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """``begin`` ... ``commit`` in psycopg's pipeline mode: the statements go out
+        without waiting for each other's answers, and the commit's answer is the one
+        waited for; a read in between (its ``fetch``) waits for what was sent before
+        it.  The server runs them in order as ever: only the waiting goes.  Any
+        error (raised at the read or at the end, for the first statement that
+        failed) rolls the whole transaction back."""
+        conn = self.ready()  # reconnected, if it must be, before anything is sent
+        try:
+            with conn.pipeline():
+                self.begin()
+                yield
+                self.commit()
+        except BaseException:
+            self.rollback()
+            raise
+
     def begin(self) -> None:
         self.ready().execute("BEGIN")
         self._in_transaction = True
@@ -226,8 +294,9 @@ class PostgresConnection:
         if self._gone():
             self._in_transaction = self._lost_transaction = False
             return  # the server dropped it with the connection
-        self.ready().execute("ROLLBACK")
         self._in_transaction = False
+        if self.conn.info.transaction_status != _psycopg().pq.TransactionStatus.IDLE:
+            self.conn.execute("ROLLBACK")  # not ready(): this ends what it would keep
 
     @property
     def in_transaction(self) -> bool:
