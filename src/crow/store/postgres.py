@@ -19,6 +19,7 @@ import contextlib
 import logging
 import select
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -110,30 +111,24 @@ class PostgresStore(Store):
     def append_updates(
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
     ) -> list[int]:
-        """``Store.append_updates`` in statements that need no answer before the next,
-        in one pipelined transaction: one round trip.  The sessions are locked (in
-        one order: two servers' batches never wait on each other in a circle), then
-        one statement per session numbers its rows from its last seq, inserts them
-        and announces the last; its snapshot is taken once the lock was granted, so
-        the last seq it reads is the last.  The seqs are read after the commit."""
-        bodies: dict[str, list[str]] = {}
-        for session_id, body, *_ in batch:
-            bodies.setdefault(session_id, []).append(body.decode())
+        """``Store.append_updates`` in three statements whatever the batch holds, none
+        waiting for another's answer, in one pipelined transaction: one round trip.
+        The batch's sessions are locked (in one order: two servers' batches never
+        wait on each other in a circle); then one statement numbers each session's
+        rows from its last seq, inserts them and announces each session's last (its
+        snapshot is taken once the locks were granted, so the last seq it reads is
+        the last); then the state changes.  The seqs are read after the commit."""
+        sessions, bodies = [s for s, *_ in batch], [body.decode() for _, body, *_ in batch]
         with self._transaction():
             for session_id, message, kind in transcript or ():
                 self._add_message(session_id, message, kind)
-            for session_id in sorted(bodies):
-                self._lock_session(session_id)
-            added = {
-                session_id: self.db.execute(
-                    _APPEND_ROWS, (session_id, session_id, rows, session_id)
-                )
-                for session_id, rows in bodies.items()
-            }
+            self.db.execute(_LOCK_SESSIONS, (sorted(set(sessions)),))
+            added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
             self._record_states(batch)
-        following = {s: int(c.fetchone()[0]) - len(bodies[s]) + 1 for s, c in added.items()}
+        counts = Counter(sessions)
+        following = {s: last - counts[s] + 1 for s, last, _ in added.fetchall()}
         seqs = []
-        for session_id, *_ in batch:
+        for session_id in sessions:
             seqs.append(following[session_id])
             following[session_id] += 1
         return seqs
@@ -172,12 +167,21 @@ class PostgresStore(Store):
         self.db.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
 
 
-#: A session's new rows numbered after its last seq, inserted, and the last announced.
+#: Sessions' rows locked, in the order of their ids.
+_LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+#: Updates (session ids, bodies: two arrays) numbered after each session's last
+#: seq, in their order, inserted; each session's last announced and returned.
 _APPEND_ROWS = (
-    "WITH last AS (SELECT COALESCE(MAX(seq), 0) AS seq FROM updates WHERE session_id = %s),"
-    " added AS (INSERT INTO updates (session_id, seq, body) SELECT %s, last.seq + row.n,"
-    " row.body FROM last, unnest(%s::text[]) WITH ORDINALITY AS row(body, n) RETURNING seq)"
-    f" SELECT MAX(seq), pg_notify('{UPDATES_CHANNEL}', %s || ' ' || MAX(seq)) FROM added"
+    "WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
+    " AS row(session_id, body, n)),"
+    " last AS (SELECT one.session_id, (SELECT COALESCE(MAX(seq), 0) FROM updates"
+    " WHERE updates.session_id = one.session_id) AS seq"
+    " FROM (SELECT DISTINCT session_id FROM new) AS one),"
+    " added AS (INSERT INTO updates (session_id, seq, body) SELECT new.session_id,"
+    " last.seq + ROW_NUMBER() OVER (PARTITION BY new.session_id ORDER BY new.n), new.body"
+    " FROM new JOIN last USING (session_id) RETURNING session_id, seq)"
+    f" SELECT session_id, MAX(seq), pg_notify('{UPDATES_CHANNEL}', session_id || ' ' || MAX(seq))"
+    " FROM added GROUP BY session_id"
 )
 
 
