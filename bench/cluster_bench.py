@@ -11,6 +11,9 @@ process per server, the clients spread evenly, each client on its own session):
 - one server on SQLite (the home's file) beside one server on PostgreSQL;
 - 1, 2 and 3 servers on one PostgreSQL: prompts/s in all, p99 prompt -> idle
   (the worst of the servers');
+- 2 servers on one PostgreSQL behind one address: ``bench/sticky_proxy.py`` (its
+  own process) sends each client's connection to one server, sticky by
+  ``Acp-Connection-Id``, and all clients load the proxy;
 - cross-server delivery: a client on server A runs turns while a client on server B
   watches the session; for each turn, the time from A's client seeing the ``idle``
   to B's client seeing it;
@@ -74,6 +77,14 @@ def servers(count: int, home: str, store_url: str | None) -> list[tuple[Any, str
         env["CROW_STORE_URL"] = store_url
     command = [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0"]
     return [start(command, env) for _ in range(count)]
+
+
+def proxied(urls: list[str]) -> tuple[Any, str]:
+    """bench/sticky_proxy.py in front of ``urls`` (one token for all: the config's)."""
+    backends = [url.split("/acp")[0] for url in urls]
+    command = [sys.executable, str(ROOT / "bench" / "sticky_proxy.py"), *backends]
+    process, address = start(command, dict(os.environ))
+    return process, address + "/acp?" + urls[0].split("?", 1)[1]
 
 
 def load(urls: list[str], clients: int, prompts: int) -> tuple[float, float]:
@@ -153,18 +164,26 @@ def main() -> None:
     print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
     try:
         with tempfile.TemporaryDirectory() as home:
-            write_config(Path(home), base_url, extra="[tools]\nbuiltin = []\n")
-            setups: list[tuple[str, int, bool]] = [
-                ("1 server, SQLite", 1, False),
-                ("1 server, PostgreSQL", 1, True),
-                ("2 servers, PostgreSQL", 2, True),
-                ("3 servers, PostgreSQL", 3, True),
+            token = uuid.uuid4().hex  # one for every server: a proxy fronts two
+            extra = f'[tools]\nbuiltin = []\n\n[server]\ntoken = "{token}"\n'
+            write_config(Path(home), base_url, extra=extra)
+            setups: list[tuple[str, int, bool, bool]] = [
+                ("1 server, SQLite", 1, False, False),
+                ("1 server, PostgreSQL", 1, True, False),
+                ("2 servers, PostgreSQL", 2, True, False),
+                ("3 servers, PostgreSQL", 3, True, False),
+                ("2 behind sticky proxy", 2, True, True),
             ]
-            for name, count, on_pg in setups:
+            for name, count, on_pg, behind_proxy in setups:
                 with Database(args.pg_url) if on_pg else _nothing() as url:
                     running = servers(count, home, url)
+                    urls = [u for _, u in running]
+                    if behind_proxy:
+                        proxy, proxy_url = proxied(urls)
+                        running.append((proxy, proxy_url))
+                        urls = [proxy_url]
                     try:
-                        rate, p99 = load([u for _, u in running], args.clients, args.prompts)
+                        rate, p99 = load(urls, args.clients, args.prompts)
                         print(f"  {name:22} {rate:7.0f} prompts/s  p99 {p99:7.1f} ms", flush=True)
                     finally:
                         for process, _ in running:

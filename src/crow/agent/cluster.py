@@ -100,8 +100,13 @@ class Cluster:
                 self._heard_held(session_id)
 
     def _heard(self, session_id: str, seq: int) -> None:
+        """An update logged, by any server: ours are sent by the turn that logged
+        them, another's are read from the log.  Ours may be heard before the append
+        comes back to the loop: while appends are under way, ask again after them."""
         session = self.host.live.get(session_id)
-        if session is not None and seq > session.delivered:
+        if session is None or seq <= max(session.delivered, self.store.logged_here(session_id)):
+            return
+        if not self.store.after_appends(lambda: self._heard(session_id, seq)):
             self._catch_up(session)
 
     def _heard_held(self, session_id: str) -> None:

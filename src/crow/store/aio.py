@@ -72,6 +72,8 @@ class _Batch:
 
 #: Writes on the loop between two checkpoints of the WAL (run on the thread).
 CHECKPOINT_EVERY = 500
+#: Sessions whose last seq logged here ``AsyncStore.logged_here`` keeps.
+LOGGED_KEPT = 4096
 #: What ``AsyncStore._here`` says of a call that must run on the store's thread.
 ON_THREAD = object()
 
@@ -91,6 +93,10 @@ class AsyncStore:
         self._pending = 0  # calls submitted to the thread and not yet done
         self._fast: Store | None = store.loop_twin()
         self._fast_appends = 0
+        # The last seq this process logged, per session, as its appends come back
+        # (at most LOGGED_KEPT sessions, the latest): see ``logged_here``.
+        self._logged: dict[str, int] = {}
+        self._after_appends: list[Callable[[], None]] = []
         self._closed = False
 
     @property
@@ -294,13 +300,35 @@ class AsyncStore:
             outcome = StoreUnavailable(f"the session store failed: {exc}")
         except Exception as exc:
             outcome = exc
-        loop.call_soon_threadsafe(self._resolve, batch.futures, outcome)
+        loop.call_soon_threadsafe(self._resolve, batch, outcome)
 
-    def _resolve(
-        self, futures: list[asyncio.Future[int]], outcome: list[int] | BaseException
-    ) -> None:
-        self._queued -= len(futures)
-        _resolve(futures, outcome)
+    def _resolve(self, batch: _Batch, outcome: list[int] | BaseException) -> None:
+        self._queued -= len(batch.futures)
+        if self.shared and not isinstance(outcome, BaseException):
+            for (session_id, *_), seq in zip(batch.updates, outcome, strict=True):
+                self._logged.pop(session_id, None)  # the latest go last
+                self._logged[session_id] = seq
+            while len(self._logged) > LOGGED_KEPT:
+                del self._logged[next(iter(self._logged))]
+        _resolve(batch.futures, outcome)
+        waiting, self._after_appends = self._after_appends, []
+        for then in waiting:
+            then()
+
+    def after_appends(self, then: Callable[[], None]) -> bool:
+        """Call ``then`` when the next batch of appends under way comes back; False
+        (and ``then`` dropped) when none is under way."""
+        if not self._queued:
+            return False
+        self._after_appends.append(then)
+        return True
+
+    def logged_here(self, session_id: str) -> int:
+        """The last seq of the session this process logged (0: none known).  On a
+        shared store every append is announced, to this server too; an update logged
+        here is sent to its watchers by whoever logged it, so an announcement up to
+        this seq needs no read of the log (crow.agent.cluster)."""
+        return self._logged.get(session_id, 0)
 
     async def replay(self, session_id: str, *, after: int = 0) -> list[tuple[int, bytes]]:
         updates: list[tuple[int, bytes]] = await self._read("replay", session_id, after=after)

@@ -270,13 +270,15 @@ class Store(ABC):
         model's message it shows are then never saved one without the other."""
         with self._transaction():
             for session_id, message, kind in transcript or ():
-                self._append_message(session_id, message, kind)
+                self._add_message(session_id, message, kind)
             return self._append_rows(batch)
 
     def _append_rows(self, batch: list[PendingUpdate]) -> list[int]:
         """Insert ``batch`` (in a transaction) with one prepared statement: each
         session's last seq is read once, not by a subquery per row (the
-        transaction holds the lock: nobody appends to it meanwhile)."""
+        transaction holds the lock: nobody appends to it meanwhile).  Each session's
+        change is announced once, at its last seq: a server that hears it reads the
+        log from what it delivered, every update between included."""
         last: dict[str, int] = {}
         rows, seqs = [], []
         for session_id, body, *_ in batch:
@@ -287,10 +289,14 @@ class Store(ABC):
             rows.append((session_id, seq, body.decode()))
             seqs.append(seq)
         self.db.executemany(self.sql.append_at, rows)
-        for (session_id, _, state, stop_reason, now), seq in zip(batch, seqs, strict=True):
-            self._record_state(session_id, state, stop_reason, now)
+        self._record_states(batch)
+        for session_id, seq in last.items():
             self._announce(UPDATES_CHANNEL, f"{session_id} {seq}")
         return seqs
+
+    def _record_states(self, batch: list[PendingUpdate]) -> None:
+        for session_id, _, state, stop_reason, now in batch:
+            self._record_state(session_id, state, stop_reason, now)
 
     def _record_state(
         self, session_id: str, state: str | None, stop_reason: str | None, now: str | None
@@ -410,9 +416,18 @@ class Store(ABC):
             return self._append_message(session_id, message, kind)
 
     def _append_message(self, session_id: str, message: dict[str, Any], kind: str) -> int:
+        return int(self._insert_message(session_id, message, kind).fetchall()[0][0])
+
+    def _insert_message(self, session_id: str, message: dict[str, Any], kind: str) -> Any:
+        """Add a transcript entry (in a transaction); the cursor of its seq."""
         self._lock_session(session_id)
         params = (session_id, session_id, kind, json.dumps(message))
-        return int(self.db.execute(self.sql.append_message, params).fetchall()[0][0])
+        return self.db.execute(self.sql.append_message, params)
+
+    def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
+        """``_append_message`` in a transaction that does not need its seq (SQLite
+        must still read it: a statement not read to its end stops the commit)."""
+        self._append_message(session_id, message, kind)
 
     def transcript(self, session_id: str) -> list[TranscriptEntry]:
         """What the model sees: the latest summary (if any) and every message after it."""

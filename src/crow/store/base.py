@@ -56,6 +56,15 @@ class SessionStore(Protocol):
         """Hear, until cancelled, what the other servers of a shared store do."""
         ...
 
+    def logged_here(self, session_id: str) -> int:
+        """The last seq of the session this process logged (0: none known)."""
+        ...
+
+    def after_appends(self, then: Callable[[], None]) -> bool:
+        """Call ``then`` when the next batch of appends under way comes back; False
+        (and ``then`` dropped) when none is under way."""
+        ...
+
     # ---- sessions -----------------------------------------------------------------
     async def create_session(self, **fields: Any) -> SessionRecord: ...
 

@@ -1,11 +1,12 @@
 """Hearing of updates other servers log: PostgreSQL's LISTEN/NOTIFY.
 
 Several ``crow serve`` processes share a PostgreSQL store; a client attached to a
-session on one server must see, live, the turn another server runs.  Every append
-announces ``"<session id> <seq>"`` on the ``crow_updates`` channel in its own
-transaction (``Store._announce``, the channels named in sql.py), so the announcement arrives
-once the row is visible.  ``follow_updates`` listens on a connection of its own and hands each
-announcement to a callback; the agent then reads the log from what it last
+session on one server must see, live, the turn another server runs.  Every
+transaction that appends to a session's log announces ``"<session id> <seq>"``
+(its last seq there) on the ``crow_updates`` channel (``Store._announce``, the
+channels named in sql.py), so the announcement arrives once the rows are visible.
+``follow_updates`` listens on a connection of its own and hands each announcement
+to a callback; the agent then reads the log from what it last
 delivered (``LiveSession.catch_up``), so a lost or late announcement costs nothing
 but time, and nothing is sent twice.  ``crow_cancels`` carries a session id whose
 turn a client of another server cancelled: the server running it cancels it;

@@ -62,6 +62,44 @@ async def test_a_server_hears_what_another_does_on_a_shared_store(postgres_url):
         await here.aclose()
 
 
+async def test_a_transaction_announces_each_session_once_at_its_last_seq(postgres_url):
+    """Three updates to one session and one to another, with a transcript entry, in
+    one transaction: two announcements, each at its session's last seq (a follower
+    reads the log from what it sent, so the updates between are not lost)."""
+    here, there = AsyncStore(PostgresStore(postgres_url)), PostgresStore(postgres_url)
+    heard: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+
+    def said(kind: str) -> Callable[..., None]:
+        return lambda *what: heard.put_nowait((kind, what))
+
+    kinds = ("update", "reconnect", "cancel", "question", "held")
+    following = asyncio.create_task(here.follow_updates(Heard(*(said(k) for k in kinds))))
+    try:
+        await listening(postgres_url)
+        for session_id in ("s", "t"):
+            there.create_session(session_id=session_id, cwd="/p", now="t0")
+        there.append_update("s", b'{"first":1}')
+        batch = [("s", b'{"n":%d}' % n, None, None, None) for n in range(3)]
+        batch.insert(1, ("t", b'{"n":0}', "running", None, None))
+        reply = [("s", {"role": "assistant", "content": "hi"}, "message")]
+        assert there.append_updates(batch, reply) == [2, 1, 3, 4]
+        there.announce_cancel("s")  # the end of what to hear
+        got = []
+        while (kind_what := await asyncio.wait_for(heard.get(), 10))[0] != "cancel":
+            got.append(kind_what)
+        assert got[0] == ("update", ("s", 1))
+        assert sorted(got[1:]) == [("update", ("s", 4)), ("update", ("t", 1))]
+        assert [seq for seq, _ in there.updates_list("s")] == [1, 2, 3, 4]
+        assert there.get_session("t").state == "running"  # type: ignore[union-attr]
+        assert [e.message for e in there.transcript("s")] == [reply[0][1]]
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+        there.close()
+        await here.aclose()
+
+
 async def test_a_store_no_other_server_shares_has_nothing_to_follow(tmp_path):
     store = AsyncStore(SqliteStore(tmp_path / "a.db"))
     try:
