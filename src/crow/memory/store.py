@@ -59,7 +59,7 @@ from .rows import (
     where_clause,
 )
 from .scopes import MemoryError, valid_scope
-from .upkeep import ANN_FROM, Upkeep, upkeep
+from .upkeep import ANN_FROM, REFINE_FACTOR, Upkeep, upkeep
 
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 
@@ -567,6 +567,7 @@ def _by_meaning(table: Any, vector: np.ndarray, where: str, limit: int) -> list[
     here, not by a ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at
     100,000 memories)."""
     search = table.search(vector, vector_column_name="vector").metric("cosine")
+    search = search.refine_factor(REFINE_FACTOR)
     if where:
         search = search.where(where, prefilter=True)
     rows = search.limit(limit).to_list()
