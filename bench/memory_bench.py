@@ -342,7 +342,7 @@ def scale(count: int, folder: Path | None) -> int:
             f"{time.perf_counter() - started:.1f} s"
         )
         indexed = _recall_figures(store, ids, data, "with the ANN index")
-        _agreement(store, real, data)
+        _agreement(store, real, data, ids)
         timings = []
         for n in range(100):
             started = time.perf_counter()
@@ -369,23 +369,28 @@ def _recall_figures(store: Any, ids: dict[str, str], data: dict[str, Any], label
     return float(para["recall_p50_ms"])
 
 
-def _agreement(store: Any, real: MiniLMEmbedder, data: dict[str, Any]) -> None:
-    """How much of exact (flat) search's top 20 the index finds, for every query."""
-    from crow.memory.upkeep import REFINE_FACTOR
+def _agreement(store: Any, real: MiniLMEmbedder, data: dict[str, Any], ids: dict[str, str]) -> None:
+    """How much of exact (flat) search's top 20 the index finds, for every paraphrase,
+    and how many of the planted memories exact search ranks there it finds too."""
+    from crow.memory.upkeep import NPROBES
 
     table = store._open()
-    queries = [q["query"] for q in data["queries"]]
-    vectors = real.embed(queries)
-    kept = []
-    for vector in vectors:
+    planted = {key: memory_id for memory_id, key in ids.items()}
+    vectors = real.embed([q["query"] for q in data["queries"]])
+    kept, found_planted, exact_planted = [], 0, 0
+    for query, vector in zip(data["queries"], vectors, strict=True):
         search = table.search(vector, vector_column_name="vector").metric("cosine").limit(20)
         exact = {r["id"] for r in search.bypass_vector_index().to_list()}
         search = table.search(vector, vector_column_name="vector").metric("cosine").limit(20)
-        found = {r["id"] for r in search.refine_factor(REFINE_FACTOR).to_list()}
+        found = {r["id"] for r in search.nprobes(NPROBES).to_list()}
         kept.append(len(found & exact) / max(len(exact), 1))
+        if planted[query["expect"]] in exact:
+            exact_planted += 1
+            found_planted += planted[query["expect"]] in found
     print(
         f"  the index keeps {statistics.mean(kept):.3f} of exact search's top 20 "
-        f"(min {min(kept):.2f}) over {len(queries)} queries"
+        f"(min {min(kept):.2f}) over {len(kept)} paraphrases; of the planted memories "
+        f"exact search ranks in its top 20 ({exact_planted}), the index finds {found_planted}"
     )
 
 

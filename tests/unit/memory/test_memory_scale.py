@@ -146,8 +146,7 @@ def test_two_processes_indexing_while_a_third_writes_lose_nothing(tmp_path):
         out, err = run.communicate(timeout=240)
         assert run.returncode == 0, err
         said.append(out.strip())
-    assert said[2] == "wrote 30"
-    assert any("vector index" in s for s in said[:2]), said
+    assert said[2] == "wrote 30"  # its writes past the size may have built the index itself
     table = MemoryStore(folder, None)._open()
     assert sum(index.columns == ["vector"] for index in table.list_indices()) == 1
     assert table.count_rows() == ANN_FROM + 40 + 30
