@@ -308,7 +308,7 @@ class MemoryStore:
             stored = self._texts_of(table, [i for i in wanted if MEMORY_ID.fullmatch(i)])
             rows: dict[str, dict[str, Any]] = {}
             seen: dict[tuple[str, str], Memory] = {}
-            done = []
+            done: list[Remembered] = []
             stamp = time.time()
             for n, (_, text, item) in enumerate(good):
                 scope = str(item.get("scope") or "global")
@@ -331,7 +331,10 @@ class MemoryStore:
                     done.append(Remembered(new_id, None if old is None else new_id, old))
                 rows[row["id"]] = row  # the same id twice in a batch: the later one stands
                 seen[key] = memory_of(row)
-            upsert(table, list(rows.values()))
+            if any(answer.merged_into for answer in done):
+                upsert(table, list(rows.values()))  # a join on every id in the table
+            else:
+                table.add([fit(table, row) for row in rows.values()])  # all new: no join
             self._after_write(table)
             return done, seen
 
