@@ -31,7 +31,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -100,8 +99,6 @@ class MemoryStore:
         self._down_until = 0.0  # an embedder that failed is not asked again at once
         self._down_reason = ""
         self._upkeep = Upkeep(folder, ann_from)
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock_beside = threading.Lock()
 
     # ---- the table ------------------------------------------------------------------
     @property
@@ -456,18 +453,15 @@ class MemoryStore:
         depth = max(limit * 4, 20)
         vectors = self._vectors(table)
         by_meaning: list[dict[str, Any]] = []
-        words: Future[list[dict[str, Any]]] | None = None
         if vectors.usable and has_vector_column(table):
             embedded = self._embed([query])
             if embedded is None:
                 vectors = _Vectors(False, self._down_reason)
             else:
-                # Both rankings at once: LanceDB lets go of the GIL while it searches.
-                words = self._beside().submit(full_text, table, query, where, depth)
                 by_meaning = _by_meaning(table, embedded[0], where, depth)
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
-        by_words = words.result() if words else full_text(table, query, where, depth)
+        by_words = full_text(table, query, where, depth)
         hits = fuse(by_meaning, by_words, limit)
         mode = "hybrid" if vectors.usable else "text"
         return Recall(
@@ -567,13 +561,6 @@ class MemoryStore:
     def settle(self, timeout: float | None = None) -> None:
         """Wait for a background index upkeep (a short-lived process, before it exits)."""
         self._upkeep.wait(timeout)
-
-    def _beside(self) -> ThreadPoolExecutor:
-        """A thread for the full-text half of a recall (made on first use)."""
-        with self._lock_beside:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="crow-recall")
-            return self._pool
 
     def _after_write(self, table: Any) -> None:
         if self._upkeep.due(table):
