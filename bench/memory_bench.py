@@ -1,6 +1,7 @@
 """Crow's memory: recall quality on the labelled set, and how fast the store is.
 
     python bench/memory_bench.py [--embedders numpy,int8,offline,text] [--openai URL MODEL]
+    python bench/memory_bench.py --scale 100000 [--queries-only]
 
 Quality: the 60 memories of ``tests/data/memory_recall.json`` are stored, and
 two sets of queries are recalled: its 120 paraphrases (written not to share the
@@ -15,12 +16,17 @@ full-text search alone (what memory does when no embedder answers), and
 ``--openai`` adds any OpenAI-compatible embeddings server (e.g. ollama's
 nomic-embed-text).  Speed: the time to remember each memory, to recall (p50 /
 p99), and the store's size on disk.
+
+``--scale N`` (see ``scale``) stores N synthetic memories beside the labelled 60
+and measures remember, recall, the index build, and how much of exact search
+the ANN index keeps.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -35,7 +41,7 @@ from crow.memory.embedders import Embedder, MiniLMEmbedder, OpenAIEmbedder  # no
 
 sys.path.insert(0, str(ROOT / "testing"))
 
-from crow_testing.recall import LABELLED, evaluate  # noqa: E402
+from crow_testing.recall import LABELLED, _hits, evaluate, keyword_queries  # noqa: E402
 
 
 class NumpyMiniLMEmbedder:
@@ -111,7 +117,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedders", default="offline,text")
     parser.add_argument("--openai", nargs=2, metavar=("URL", "MODEL"))
+    parser.add_argument("--scale", type=int, help="N synthetic memories (see scale())")
+    parser.add_argument("--folder", type=Path, help="keep the --scale store here")
     args = parser.parse_args()
+    if args.scale:
+        return scale(args.scale, args.folder)
     data = json.loads(LABELLED.read_text())
     chosen: dict[str, Embedder | None] = {}
     makers: dict[str, Any] = {
@@ -172,6 +182,216 @@ def main() -> int:
                 f"median {statistics.median(cosines.tolist()):.6f}"
             )
     return 0
+
+
+# ---- --scale ------------------------------------------------------------------------
+TOPICS = 1500
+SUBJECTS = [
+    "the api gateway",
+    "the billing worker",
+    "the nightly backup",
+    "the search service",
+    "the ci runner",
+    "the auth proxy",
+    "the metrics exporter",
+    "the mail relay",
+    "the cache cluster",
+    "the job scheduler",
+    "the payments queue",
+    "the docs site",
+    "the mobile build",
+    "the data pipeline",
+    "the staging database",
+    "the feature flags",
+]
+ACTIONS = [
+    "listens on",
+    "restarts after",
+    "logs to",
+    "reads its settings from",
+    "is deployed by",
+    "times out after",
+    "is owned by",
+    "backs up to",
+    "needs a token from",
+    "runs every",
+    "is pinned to",
+    "fails over to",
+    "writes reports to",
+    "is rate limited by",
+    "is monitored by",
+    "is built with",
+]
+OBJECTS = [
+    "port 8443",
+    "ten minutes",
+    "the ops channel",
+    "vault",
+    "the platform team",
+    "an s3 bucket",
+    "python 3.11",
+    "the eu region",
+    "a cron at 2am",
+    "the blue cluster",
+    "grafana",
+    "the release branch",
+    "a yaml file in /etc",
+    "the on-call rota",
+    "a sidecar container",
+    "the old ldap server",
+]
+REASONS = [
+    "since the outage in march",
+    "because of the migration",
+    "per the security review",
+    "until the rewrite lands",
+    "as agreed with the team",
+    "after the last incident",
+    "to keep costs down",
+    "for the audit",
+]
+
+
+def synthetic(count: int, seed: int = 34) -> tuple[list[str], list[int]]:
+    """``count`` memory texts from a seeded generator, and the topic of each.
+
+    A topic is a sentence made of a subject, an action, an object and a reason
+    from the lists above (1,500 of the 32,768 combinations); a memory is its
+    topic's sentence with an identifier of its own (a ticket, a host), so the
+    full-text index sees many distinct words and the vectors form clusters."""
+    rng = random.Random(seed)
+    combos = [(s, a, o, r) for s in SUBJECTS for a in ACTIONS for o in OBJECTS for r in REASONS]
+    topics = [" ".join(c) for c in rng.sample(combos, TOPICS)]
+    chosen = [rng.randrange(TOPICS) for _ in range(count)]
+    texts = [
+        f"{topics[t].capitalize()} (ticket OPS-{rng.randrange(10**5)}, host h{n})"
+        for n, t in enumerate(chosen)
+    ]
+    return topics + texts, chosen
+
+
+class Precomputed:
+    """The offline embedder, with the vectors of the synthetic memories made ahead.
+
+    Embedding 100,000 texts with MiniLM takes ~7 minutes on two busy cores, so the
+    1,500 topic sentences are embedded (for real), and each synthetic memory's
+    vector is its topic's plus Gaussian noise (sigma 0.03 a dimension), made unit:
+    cosine ~0.85 to its topic, ~65 memories a topic.  That is harder for an ANN
+    index than real memories (tight clusters of near-equal vectors, where IVF and
+    HNSW must pick among close neighbours), and the index does not know how the
+    vectors were made.  Every other text (the labelled memories, every query, every
+    remember timed) is embedded for real, at the time."""
+
+    name = MiniLMEmbedder.name
+
+    def __init__(self, real: MiniLMEmbedder, made: dict[str, Any]) -> None:
+        self.real, self.made = real, made
+
+    def load(self) -> None:
+        self.real.load()
+
+    def embed(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        if all(t in self.made for t in texts):
+            return np.stack([self.made[t] for t in texts])
+        return self.real.embed(texts)
+
+
+def scale(count: int, folder: Path | None) -> int:
+    import numpy as np
+
+    from crow.memory.store import MemoryStore
+    from crow.memory.upkeep import ANN_FROM
+
+    data = json.loads(LABELLED.read_text())
+    real = MiniLMEmbedder()
+    real.load()
+    texts, chosen = synthetic(count)
+    started = time.perf_counter()
+    topic_vectors = real.embed(texts[:TOPICS])
+    rng = np.random.default_rng(34)
+    noisy = topic_vectors[chosen] + rng.normal(0, 0.03, (count, 384)).astype(np.float32)
+    noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+    made = dict(zip(texts[TOPICS:], noisy, strict=True))
+    print(
+        f"{count} synthetic memories over {TOPICS} topics: made in "
+        f"{time.perf_counter() - started:.1f} s (topics embedded, memories perturbed)"
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        where = folder or Path(scratch)
+        embedder = Precomputed(real, made)
+        # Loaded with no index (ann_from out of reach): exact search, for comparison.
+        store = MemoryStore(where, embedder, merge_threshold=0.97, ann_from=10**12)
+        ids: dict[str, str] = {}
+        for memory in data["memories"]:  # planted: the labelled set, embedded for real
+            ids[store.remember(memory["text"], tags=memory["tags"]).id] = memory["key"]
+        started = time.perf_counter()
+        batch = 5000
+        for start in range(0, count, batch):
+            items = [{"text": t} for t in texts[TOPICS + start : TOPICS + start + batch]]
+            store.remember_many(items, {})
+        store.compact()  # full text and compaction only
+        print(f"  written in batches of {batch}: {time.perf_counter() - started:.1f} s")
+        flat = _recall_figures(store, ids, data, "exact search (no ANN index)")
+        store = MemoryStore(where, embedder, merge_threshold=0.97)
+        started = time.perf_counter()
+        done = store.compact()
+        print(
+            f"  index upkeep past {ANN_FROM} memories ({done}): "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+        indexed = _recall_figures(store, ids, data, "with the ANN index")
+        _agreement(store, real, data, ids)
+        timings = []
+        for n in range(100):
+            started = time.perf_counter()
+            store.remember(f"Scale check {n}: the build cache of branch rel-{n} is on disk {n % 7}")
+            timings.append(time.perf_counter() - started)
+        store.settle()
+        timings.sort()
+        print(
+            f"  remember (real embedder, twin check, commit): p50 "
+            f"{1000 * statistics.median(timings):.1f} ms p99 {1000 * timings[98]:.1f} ms"
+        )
+        print(f"  recall p50: exact {flat:.1f} ms, indexed {indexed:.1f} ms")
+    return 0
+
+
+def _recall_figures(store: Any, ids: dict[str, str], data: dict[str, Any], label: str) -> float:
+    para = _hits(store, ids, data["queries"])
+    keys = _hits(store, ids, keyword_queries(data))
+    print(
+        f"  {label}: paraphrases hit@5 {para['hit@5']:.3f}, keywords hit@5 {keys['hit@5']:.3f}; "
+        f"recall p50 {para['recall_p50_ms']:.1f} ms p99 {para['recall_p99_ms']:.1f} ms "
+        f"(keywords p50 {keys['recall_p50_ms']:.1f} p99 {keys['recall_p99_ms']:.1f})"
+    )
+    return float(para["recall_p50_ms"])
+
+
+def _agreement(store: Any, real: MiniLMEmbedder, data: dict[str, Any], ids: dict[str, str]) -> None:
+    """How much of exact (flat) search's top 20 the index finds, for every paraphrase,
+    and how many of the planted memories exact search ranks there it finds too."""
+    from crow.memory.upkeep import NPROBES
+
+    table = store._open()
+    planted = {key: memory_id for memory_id, key in ids.items()}
+    vectors = real.embed([q["query"] for q in data["queries"]])
+    kept, found_planted, exact_planted = [], 0, 0
+    for query, vector in zip(data["queries"], vectors, strict=True):
+        search = table.search(vector, vector_column_name="vector").metric("cosine").limit(20)
+        exact = {r["id"] for r in search.bypass_vector_index().to_list()}
+        search = table.search(vector, vector_column_name="vector").metric("cosine").limit(20)
+        found = {r["id"] for r in search.nprobes(NPROBES).to_list()}
+        kept.append(len(found & exact) / max(len(exact), 1))
+        if planted[query["expect"]] in exact:
+            exact_planted += 1
+            found_planted += planted[query["expect"]] in found
+    print(
+        f"  the index keeps {statistics.mean(kept):.3f} of exact search's top 20 "
+        f"(min {min(kept):.2f}) over {len(kept)} paraphrases; of the planted memories "
+        f"exact search ranks in its top 20 ({exact_planted}), the index finds {found_planted}"
+    )
 
 
 if __name__ == "__main__":

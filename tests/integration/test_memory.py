@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -469,3 +470,39 @@ def test_an_oversized_memory_is_refused_by_name_and_the_rest_kept(
     assert "imported 2 memories, merged 0, failed 1" in done.stderr
     big = crow_memory("add", "y " * 1000)
     assert big.returncode == 2 and "max_text_kib" in big.stderr
+
+
+def test_a_large_import_goes_in_batches_with_a_bar_on_a_terminal(tmp_path, crow_home):
+    import pexpect
+
+    from crow.memory.store import MemoryStore
+
+    crow_home.mkdir(parents=True, exist_ok=True)
+    (crow_home / "config.toml").write_text('[memory]\nembedder = "none"\n')
+    path = tmp_path / "many.jsonl"
+    lines = [
+        json.dumps({"text": f"fact {i}: host h{i} serves shard {i % 13}"}) for i in range(1200)
+    ]
+    lines[700] = '{"text": 7}'
+    path.write_text("\n".join(lines) + "\n")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "crow", "memory", "import", str(path), "--scope", "global"],
+        encoding="utf-8",
+        timeout=240,
+        dimensions=(24, 120),
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    seen = child.before
+    assert child.exitstatus == 1, seen
+    assert f"{path}:701: not a memory" in seen
+    assert "imported 1199 memories, merged 0, failed 1" in seen
+    bars = re.findall(r"\rimport many\.jsonl \[[#.]{30}\] (\d+)/1200", seen)
+    assert bars[-1] == "1200" and len(bars) == 5  # a batch of 256 at a time
+    table = MemoryStore(crow_home / "memory", None)._open()
+    assert table.count_rows() == 1199
+    assert table.version < 15  # one commit a batch, not one a record
+    again = crow_memory("import", str(path), "--scope", "global")  # stderr not a terminal
+    assert "\r" not in again.stderr and "[#" not in again.stderr
+    assert "imported 0 memories, merged 1199, failed 1" in again.stderr

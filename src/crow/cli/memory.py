@@ -80,6 +80,9 @@ def main(args: argparse.Namespace) -> int:
     except MemoryError as exc:
         print(f"crow memory: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if store.indexing:  # a write started the index upkeep: this process must not cut it
+        print("crow memory: bringing the search indexes up to date...", file=sys.stderr)
+        store.settle()
     return result
 
 
@@ -149,46 +152,70 @@ def _export(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Records embedded together and written in one commit by ``crow memory import``.
+IMPORT_BATCH = 256
+
+
 def _import(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
-    from ..memory.importing import records_in, stamp  # calendar: 3 ms of every start-up
+    from ..memory.importing import records_in  # calendar: 3 ms of every start-up
 
     default_scope = place.scope(args.scope)
-    added = merged = failed = 0
+    tally = {"added": 0, "merged": 0, "failed": 0}
+    known = store.by_text()  # exact repeats of what is stored are merged, not piled up
     for path in args.files:
         try:
             records = list(records_in(path, default_scope))
         except (OSError, UnicodeDecodeError) as exc:
             print(f"crow memory: {path}: {exc}", file=sys.stderr)
-            failed += 1
+            tally["failed"] += 1
             continue
-        for where, record in records:
-            if "error" in record:
-                print(f"crow memory: {where}: {record['error']}", file=sys.stderr)
-                failed += 1
-                continue
-            try:
-                done = store.remember(
-                    str(record["text"]),
-                    scope=str(record.get("scope") or default_scope),
-                    tags=record.get("tags") or (),
-                    session=str(record.get("session") or ""),
-                    message=str(record.get("message") or ""),
-                    created=stamp(record.get("created")),
-                    memory_id=record.get("id"),
-                )
-            except (MemoryError, KeyError, TypeError, ValueError) as exc:
-                print(f"crow memory: {where}: {exc}", file=sys.stderr)
-                failed += 1
-                continue
-            except Exception as exc:  # the store refused it: the rest may still land
-                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-                print(f"crow memory: {where}: not stored: {first}", file=sys.stderr)
-                failed += 1
-                continue
-            merged += done.merged_into is not None
-            added += done.merged_into is None
+        bar = _Progress(f"import {path.name}")
+        for start in range(0, len(records), IMPORT_BATCH):
+            _import_batch(store, records[start : start + IMPORT_BATCH], default_scope, known, tally)
+            bar.update(min(start + IMPORT_BATCH, len(records)), len(records))
+        bar.done()
+    if store.exists:
+        store.compact()  # the new rows into the indexes (built now past upkeep.ANN_FROM)
+    added, merged, failed = tally["added"], tally["merged"], tally["failed"]
     print(f"imported {added} memories, merged {merged}, failed {failed}", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _import_batch(
+    store: Any,
+    batch: list[tuple[str, dict[str, Any]]],
+    scope: str,
+    known: dict[Any, Any],
+    tally: dict[str, int],
+) -> None:
+    """One commit's worth of records; each that is not kept is named on stderr."""
+    from ..memory.importing import memory_item
+
+    items, places = [], []
+    for where, record in batch:
+        item = memory_item(record, scope)
+        if "error" in item:
+            print(f"crow memory: {where}: {item['error']}", file=sys.stderr)
+            tally["failed"] += 1
+        else:
+            items.append(item)
+            places.append(where)
+    if not items:
+        return
+    try:
+        answers = store.remember_many(items, known)
+    except Exception as exc:  # the store refused the commit: every record in it is named
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        for where in places:
+            print(f"crow memory: {where}: not stored: {first}", file=sys.stderr)
+        tally["failed"] += len(places)
+        return
+    for where, answer in zip(places, answers, strict=True):
+        if isinstance(answer, MemoryError):
+            print(f"crow memory: {where}: {answer}", file=sys.stderr)
+            tally["failed"] += 1
+        else:
+            tally["merged" if answer.merged_into else "added"] += 1
 
 
 def _reindex(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:

@@ -2,9 +2,10 @@
 
 A layer below ``crow.servers`` (the memory MCP server) and ``crow.agent``
 (automatic recall); it knows nothing of ACP.  The modules: ``scopes`` (light:
-the agent imports it early), ``store`` (LanceDB; with ``records``, ``rows`` and
-``ranking``), ``embedders`` and ``minilm`` (onnxruntime, with ``wordpiece``),
-``shared`` (one store per process and folder).
+the agent imports it early), ``store`` (LanceDB; with ``records``, ``rows``,
+``ranking`` and ``upkeep``: the indexes as the table grows), ``embedders`` and
+``minilm`` (onnxruntime, with ``wordpiece``), ``shared`` (one store per process
+and folder).
 """
 
 from pathlib import Path

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["records_in", "split_markdown", "stamp"]
+__all__ = ["memory_item", "records_in", "split_markdown", "stamp"]
 
 
 def records_in(path: Path, scope: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -35,6 +35,28 @@ def records_in(path: Path, scope: str) -> Iterator[tuple[str, dict[str, Any]]]:
             yield where, {"error": 'not a memory: a JSON object with a "text" string'}
             continue
         yield where, record
+
+
+def memory_item(record: dict[str, Any], scope: str) -> dict[str, Any]:
+    """A record as ``MemoryStore.remember_many`` takes it (in ``scope`` unless it names
+    one), or ``{"error": why}``."""
+    if "error" in record:
+        return record
+    tags = record.get("tags") or []
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        return {"error": '"tags" is not a list of strings'}
+    fields = ("scope", "session", "message", "id")
+    if any(not isinstance(record.get(name) or "", str) for name in fields):
+        return {"error": f"{', '.join(fields)} must be strings"}
+    return {
+        "text": record["text"],
+        "scope": record.get("scope") or scope,
+        "tags": tags,
+        "session": record.get("session") or "",
+        "message": record.get("message") or "",
+        "created": stamp(record.get("created")),
+        "memory_id": record.get("id"),
+    }
 
 
 def stamp(value: Any) -> float | None:

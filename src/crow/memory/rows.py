@@ -103,11 +103,12 @@ def fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def upsert(table: Any, row: dict[str, Any]) -> None:
-    """Replace a memory in one commit (a reader never sees it missing)."""
+def upsert(table: Any, rows: list[dict[str, Any]]) -> None:
+    """Write memories in one commit, each replacing the one of its id if there is one
+    (a reader never sees it missing)."""
     import pyarrow as pa  # with LanceDB: only once memories are written (store.db)
 
-    data = pa.Table.from_pylist([fit(table, row)], schema=table.schema)
+    data = pa.Table.from_pylist([fit(table, row) for row in rows], schema=table.schema)
     table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
 
 

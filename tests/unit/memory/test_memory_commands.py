@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crow.memory import store as store_module
+from crow.memory import upkeep
 from crow.memory.importing import split_markdown
 from crow.memory.importing import stamp as _stamp
 from crow.memory.store import Memory, MemoryStore
@@ -38,10 +38,11 @@ def test_exported_times_come_back_as_they_were():
 
 
 def test_many_writes_are_compacted_now_and_then(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "COMPACT_EVERY_VERSIONS", 5)
+    monkeypatch.setattr(upkeep, "REFRESH_EVERY_VERSIONS", 5)
     store = MemoryStore(tmp_path, None)
     for n in range(12):
         store.remember(f"fact {n} about compaction")
+        store.settle()  # upkeep runs in the background
     fragments = store._open().stats()["fragment_stats"]["num_fragments"]
     assert fragments < 12  # one per write, had nothing merged them
     assert len(store.list_memories(limit=100)) == 12
