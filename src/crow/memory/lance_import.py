@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import threading
 import warnings
@@ -65,6 +66,11 @@ def lancedb() -> ModuleType:
         warnings.filterwarnings(
             "ignore", message="lancedb fork support is experimental", category=RuntimeWarning
         )
+        # Its Rust side logs warnings straight to stderr (env_logger, read once at
+        # import), e.g. "partition index is 6 but the number of partitions is 2" while
+        # new rows are folded into an index: noise on the person's terminal, with the
+        # results still right.  Errors only, unless the user asks for more.
+        os.environ.setdefault("LANCEDB_LOG", "error")
         if not any(isinstance(f, _LazyReexports) for f in sys.meta_path):
             sys.meta_path.insert(0, _LazyReexports(LAZY_PACKAGES))
         as_on_312 = (
