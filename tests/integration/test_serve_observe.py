@@ -169,3 +169,24 @@ async def _failing_turns(server: HttpServer, turns: int) -> None:
             await session.run("this fails")
     finally:
         await client.aclose()
+
+
+# ---- tracing without its extra --------------------------------------------------------
+def test_tracing_without_the_otel_extra_is_refused_in_one_line(crow_home, scripted_model):
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None:
+        pytest.skip("the otel extra is installed: tracing would start")
+    write_config(crow_home, scripted_model.base_url, extra="[server]\ntracing = true\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "crow", "serve", "--http", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'crow-cli[otel]'" in done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
