@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 __all__ = [
     "connected",
@@ -28,7 +27,6 @@ __all__ = [
     "model_call",
     "prompt_ended",
     "store_append",
-    "time_future",
     "timed",
     "tool_call",
     "verdict",
@@ -185,11 +183,3 @@ def timed(record: Callable[[float], None]) -> Iterator[None]:
         yield
     finally:
         record(time.perf_counter() - started)
-
-
-def time_future(future: Any, record: Callable[[float], None]) -> None:
-    """Call ``record`` with the seconds until ``future`` is done (nothing if off)."""
-    if _live is None:
-        return
-    started = time.perf_counter()
-    future.add_done_callback(lambda _: record(time.perf_counter() - started))
