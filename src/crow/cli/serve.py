@@ -14,7 +14,7 @@ from typing import Any
 
 from ..config import Paths
 from .common import EXIT_USAGE, Refused, config_or_refuse, exit_now
-from .logs import setup_logging
+from .logs import apply_log_settings, setup_logging
 
 __all__ = ["DESCRIPTION", "add_arguments", "main"]
 
@@ -55,11 +55,10 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     paths = Paths.from_env()
+    setup_logging(paths.logs, args.log_level)
     config = config_or_refuse(paths=paths, model=args.model, base_url=args.base_url)
     server = config.server
-    setup_logging(
-        paths.logs,
-        args.log_level,
+    apply_log_settings(
         json_lines=server.log_format == "json",
         max_mib=server.log_max_mib,
         backups=server.log_backups,
