@@ -91,3 +91,18 @@ def test_without_a_traceparent_a_turn_starts_its_own_trace(
     asyncio.run(asyncio.wait_for(_turn(tmp_path, None), 60))
     [turn] = [s for s in exporter.get_finished_spans() if s.name == "crow.turn"]
     assert turn.parent is None
+
+
+def test_a_streaming_model_call_leaves_the_turn_current_for_its_writes(
+    exporter, crow_home, scripted_model, tmp_path
+):
+    """The model's span covers a stream's yields without becoming the current span:
+    the writes made while it streams are the turn's children, not the model call's."""
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.script(Text(text="one two three four", chunks=4))
+    asyncio.run(asyncio.wait_for(_turn(tmp_path, None), 60))
+    spans = exporter.get_finished_spans()
+    [turn] = [s for s in spans if s.name == "crow.turn"]
+    leaves = [s for s in spans if s.name in ("crow.model", "crow.store.append")]
+    assert len(leaves) >= 4
+    assert all(s.parent is not None and s.parent.span_id == turn.context.span_id for s in leaves)

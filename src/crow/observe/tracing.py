@@ -103,14 +103,31 @@ def turn(session_id: str) -> Any:
 
 
 def child(name: str, **attributes: str | int | float | bool) -> Any:
-    """A span under the current one; none where no span is being recorded."""
+    """A span under the current one, for a leaf (a model call, a tool call, a store
+    write); none where no span is being recorded.  It is not made current: a model
+    call's span spans the yields of a stream, and a context attached inside a
+    generator would leak to its consumer between them."""
     if _tracer is None:
         return _NULL
     from opentelemetry import trace
 
     if not trace.get_current_span().is_recording():
         return _NULL
-    return _tracer.start_as_current_span(name, attributes=attributes)
+    return _leaf(_tracer.start_span(name, attributes=attributes))
+
+
+@contextlib.contextmanager
+def _leaf(span: Any) -> Iterator[None]:
+    from opentelemetry.trace import Status, StatusCode
+
+    try:
+        yield
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, str(exc)))
+        raise
+    finally:
+        span.end()
 
 
 def set_attribute(name: str, value: str | int | float | bool) -> None:
