@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -119,9 +120,16 @@ def main() -> int:
     parser.add_argument("--openai", nargs=2, metavar=("URL", "MODEL"))
     parser.add_argument("--scale", type=int, help="N synthetic memories (see scale())")
     parser.add_argument("--folder", type=Path, help="keep the --scale store here")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "crow-memory-bench",
+        help="keep a copy of the filled --scale store here, to start from next time",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="fill the store afresh")
     args = parser.parse_args()
     if args.scale:
-        return scale(args.scale, args.folder)
+        return scale(args.scale, args.folder, None if args.no_cache else args.cache)
     data = json.loads(LABELLED.read_text())
     chosen: dict[str, Embedder | None] = {}
     makers: dict[str, Any] = {
@@ -298,7 +306,11 @@ class Precomputed:
         return self.real.embed(texts)
 
 
-def scale(count: int, folder: Path | None) -> int:
+#: Bumped when the synthetic store changes: older copies in the cache are not used.
+CACHE_VERSION = 1
+
+
+def scale(count: int, folder: Path | None, cache: Path | None) -> int:
     import numpy as np
 
     from crow.memory.store import MemoryStore
@@ -323,16 +335,18 @@ def scale(count: int, folder: Path | None) -> int:
         embedder = Precomputed(real, made)
         # Loaded with no index (ann_from out of reach): exact search, for comparison.
         store = MemoryStore(where, embedder, merge_threshold=0.97, ann_from=10**12)
-        ids: dict[str, str] = {}
-        for memory in data["memories"]:  # planted: the labelled set, embedded for real
-            ids[store.remember(memory["text"], tags=memory["tags"]).id] = memory["key"]
-        started = time.perf_counter()
-        batch = 5000
-        for start in range(0, count, batch):
-            items = [{"text": t} for t in texts[TOPICS + start : TOPICS + start + batch]]
-            store.remember_many(items, {})
-        store.compact()  # full text and compaction only
-        print(f"  written in batches of {batch}: {time.perf_counter() - started:.1f} s")
+        kept = cache / f"scale-{count}-v{CACHE_VERSION}" if cache else None
+        if kept is not None and (kept / "ids.json").exists():
+            started = time.perf_counter()
+            shutil.copytree(kept / "memories", where, dirs_exist_ok=True)
+            ids: dict[str, str] = json.loads((kept / "ids.json").read_text())
+            print(f"  copied from the cache {kept}: {time.perf_counter() - started:.1f} s")
+        else:
+            ids = _fill(store, data, texts[TOPICS:])
+            if kept is not None:
+                shutil.rmtree(kept, ignore_errors=True)
+                shutil.copytree(where, kept / "memories")
+                (kept / "ids.json").write_text(json.dumps(ids))
         flat = _recall_figures(store, ids, data, "exact search (no ANN index)")
         store = MemoryStore(where, embedder, merge_threshold=0.97)
         started = time.perf_counter()
@@ -356,6 +370,20 @@ def scale(count: int, folder: Path | None) -> int:
         )
         print(f"  recall p50: exact {flat:.1f} ms, indexed {indexed:.1f} ms")
     return 0
+
+
+def _fill(store: Any, data: dict[str, Any], texts: list[str]) -> dict[str, str]:
+    """The labelled memories (embedded for real), then the synthetic ones in batches."""
+    ids: dict[str, str] = {}
+    for memory in data["memories"]:  # planted: the labelled set, embedded for real
+        ids[store.remember(memory["text"], tags=memory["tags"]).id] = memory["key"]
+    started = time.perf_counter()
+    batch = 5000
+    for start in range(0, len(texts), batch):
+        store.remember_many([{"text": t} for t in texts[start : start + batch]], {})
+    store.compact()  # full text and compaction only
+    print(f"  written in batches of {batch}: {time.perf_counter() - started:.1f} s")
+    return ids
 
 
 def _recall_figures(store: Any, ids: dict[str, str], data: dict[str, Any], label: str) -> float:

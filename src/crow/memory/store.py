@@ -31,6 +31,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -42,6 +43,7 @@ from ..private import private_dir
 from . import TABLE, has_memories
 from .commits import making_table, retrying
 from .embedders import Embedder, EmbedderUnavailable
+from .journal import Journal, existing_journal, journal_for, recover
 from .ranking import fuse
 from .records import Hit, Memory, Recall, Remembered, memory_of
 from .rows import (
@@ -99,6 +101,9 @@ class MemoryStore:
         self._down_until = 0.0  # an embedder that failed is not asked again at once
         self._down_reason = ""
         self._upkeep = Upkeep(folder, ann_from)
+        self._table: Any | None = None  # opened once: it reads the latest version anyway
+        self._journal: Journal | None = None  # made by the first remember
+        self._recovered = False
 
     # ---- the table ------------------------------------------------------------------
     @property
@@ -133,12 +138,58 @@ class MemoryStore:
             except EmbedderUnavailable as exc:
                 log.warning("memory: %s", exc)
 
-    def _open(self) -> Any | None:
-        if not self.exists:
-            return None
-        if TABLE not in self.db.list_tables().tables:
-            return None
-        return self.db.open_table(TABLE)
+    def _open(self, *, drain: bool = True) -> Any | None:
+        """The table (None until a memory was written), the journals of processes that
+        died before committing their memories taken in first, and (``drain``) this
+        process's new memories in it (``journal``)."""
+        if drain:
+            self._drain()
+        if self._table is None:
+            if not self.exists or TABLE not in self.db.list_tables().tables:
+                return None
+            self._table = self.db.open_table(TABLE)
+        if not self._recovered:
+            self._recovered = True
+            recover(self.folder, self._add_missing)
+        return self._table
+
+    def _add_missing(self, rows: list[dict[str, Any]]) -> None:
+        """Rows of a dead process's journal that the table lacks, added in one commit."""
+
+        def add() -> None:
+            table = self._open()
+            if table is None:
+                return
+            have = self._texts_of(table, [row["id"] for row in rows])
+            recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
+            missing = {}
+            for row in rows:
+                if row.pop("embedder", None) != recorded:
+                    row["vector"] = None  # another embedder's vector: stored by text
+                if row["id"] not in have:
+                    missing[row["id"]] = fit(table, row)
+            if missing:
+                table.add(list(missing.values()))
+                log.info("memory: %d memories of a stopped process were written", len(missing))
+
+        retrying(add)
+
+    def _commit(self, rows: list[dict[str, Any]]) -> None:
+        """Commit rows from the journal (its thread): new memories, in one commit."""
+
+        def add() -> None:
+            table = self._open(drain=False)
+            assert table is not None  # made by the remember that journaled the rows
+            table.add([fit(table, dict(row)) for row in rows])
+            self._after_write(table)
+
+        retrying(add)
+
+    def _drain(self) -> None:
+        """Wait for this process's new memories in the folder to be committed."""
+        journal = self._journal or existing_journal(self.folder)
+        if journal is not None:
+            journal.drain()
 
     def _schema(self, dimension: int | None) -> Any:
         import pyarrow as pa  # with LanceDB: only once memories are written (see db)
@@ -165,6 +216,7 @@ class MemoryStore:
 
         mode = "overwrite" if replace else "create"
         table = self.db.create_table(TABLE, schema=schema, mode=mode, exist_ok=not replace)
+        self._table = table
         if rows:
             table.add(rows)
         if not any(index.index_type == "FTS" for index in table.list_indices()):
@@ -236,8 +288,12 @@ class MemoryStore:
     ) -> Remembered:
         text = self._checked(text, scope)
         tags = clean_tags(tags)
+        vector = None
+        if self._vectors(self._open(drain=False)).usable:  # while the last remember commits
+            embedded = self._embed([text])
+            vector = None if embedded is None else embedded[0]
         return retrying(
-            lambda: self._remember(text, scope, tags, session, message, created, memory_id)
+            lambda: self._remember(text, scope, tags, session, message, created, memory_id, vector)
         )
 
     def _checked(self, text: str, scope: str) -> str:
@@ -358,14 +414,11 @@ class MemoryStore:
         message: str,
         created: float | None,
         memory_id: str | None,
+        vector: np.ndarray | None,
     ) -> Remembered:
         with self._lock:
-            table = self._open()
-            vector = None
-            if self._vectors(table).usable:
-                embedded = self._embed([text])
-                vector = None if embedded is None else embedded[0]
-            table = self._writable(table, vector)
+            # (drained first: the twin may be a memory this process has just kept)
+            table = self._writable(self._open(), vector)
             if not has_vector_column(table):
                 vector = None  # stored by text until a reindex gives it a vector
             twin = self._twin(table, text, vector, scope)
@@ -378,9 +431,10 @@ class MemoryStore:
             new_id = memory_id if memory_id and MEMORY_ID.fullmatch(memory_id) else new_memory_id()
             row = new_row(new_id, text, scope, tags, None, vector, stamp)
             row.update(session=session, message=message, created=created or stamp)
-            table.add([fit(table, row)])
-            self._after_write(table)
-            return Remembered(new_id)
+            if self._journal is None:
+                self._journal = journal_for(self.folder, self._commit)
+            self._journal.append(row, self.embedder.name if self.embedder else "")
+            return Remembered(new_id)  # on disk; in the table a few ms later (journal)
 
     def _twin(self, table: Any, text: str, vector: np.ndarray | None, scope: str) -> Memory | None:
         """A memory in the same scope that says the same: merged instead of piling up."""
@@ -390,7 +444,7 @@ class MemoryStore:
             # it costs a pass over every scope, and a twin is among the nearest.  A twin
             # (cosine >= the threshold) sits in the new memory's group of the index or
             # one beside it: a few probes do, at ~8 ms less than a recall's 40.
-            rows = _by_meaning(table, vector, where, TWIN_DEPTH, prefilter=False, probes=4)
+            rows = _by_meaning(table, vector, where, TWIN_DEPTH, prefilter=False, probes=TWIN_PROBES)
             if rows and 1.0 - rows[0]["_distance"] >= self.merge_threshold:
                 return memory_of(rows[0])
             if self.merge_threshold < 0.99:
@@ -453,6 +507,9 @@ class MemoryStore:
         depth = max(limit * 4, 20)
         vectors = self._vectors(table)
         by_meaning: list[dict[str, Any]] = []
+        # The words are searched in another thread while the query is embedded and
+        # searched by meaning (LanceDB and onnxruntime let go of the GIL).
+        by_words = _searches().submit(full_text, table, query, where, depth)
         if vectors.usable and has_vector_column(table):
             embedded = self._embed([query])
             if embedded is None:
@@ -461,8 +518,7 @@ class MemoryStore:
                 by_meaning = _by_meaning(table, embedded[0], where, depth)
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
-        by_words = full_text(table, query, where, depth)
-        hits = fuse(by_meaning, by_words, limit)
+        hits = fuse(by_meaning, by_words.result(), limit)
         mode = "hybrid" if vectors.usable else "text"
         return Recall(
             hits, mode, None if vectors.usable else f"searched by text only: {vectors.reason}"
@@ -559,7 +615,9 @@ class MemoryStore:
         return self._upkeep.running
 
     def settle(self, timeout: float | None = None) -> None:
-        """Wait for a background index upkeep (a short-lived process, before it exits)."""
+        """Wait for the new memories' commit and a background index upkeep (a
+        short-lived process, before it exits)."""
+        self._drain()
         self._upkeep.wait(timeout)
 
     def _after_write(self, table: Any) -> None:
@@ -568,8 +626,23 @@ class MemoryStore:
 
 
 # ---- helpers ------------------------------------------------------------------------
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _searches() -> ThreadPoolExecutor:
+    """The threads a recall searches by words in, beside its search by meaning."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(4, thread_name_prefix="crow-memory-search")
+        return _pool
+
+
 #: How many nearest memories of any scope ``remember`` looks through for a twin.
 TWIN_DEPTH = 8
+#: The groups of the ANN index the twin search reads (see ``_twin``).
+TWIN_PROBES = 4
 
 
 def _by_meaning(
@@ -586,7 +659,7 @@ def _by_meaning(
     here, not by a ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at
     100,000 memories)."""
     search = table.search(vector, vector_column_name="vector").metric("cosine")
-    search = search.nprobes(probes)
+    search = search.nprobes(probes).select(COLUMNS)  # not the vectors: ~2 ms at 100,000
     if where:
         search = search.where(where, prefilter=prefilter)
     rows = search.limit(limit).to_list()
