@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import statistics
@@ -326,6 +327,7 @@ def scale(count: int, folder: Path | None, cache: Path | None) -> int:
     noisy = topic_vectors[chosen] + rng.normal(0, 0.03, (count, 384)).astype(np.float32)
     noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
     made = dict(zip(texts[TOPICS:], noisy, strict=True))
+    print("load average (1, 5, 15 min) at the start: " + _load())
     print(
         f"{count} synthetic memories over {TOPICS} topics: made in "
         f"{time.perf_counter() - started:.1f} s (topics embedded, memories perturbed)"
@@ -369,7 +371,12 @@ def scale(count: int, folder: Path | None, cache: Path | None) -> int:
             f"{1000 * statistics.median(timings):.1f} ms p99 {1000 * timings[98]:.1f} ms"
         )
         print(f"  recall p50: exact {flat:.1f} ms, indexed {indexed:.1f} ms")
+        print("  load average (1, 5, 15 min) at the end: " + _load())
     return 0
+
+
+def _load() -> str:
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 def _fill(store: Any, data: dict[str, Any], texts: list[str]) -> dict[str, str]:

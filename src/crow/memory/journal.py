@@ -116,10 +116,10 @@ class Journal:
                 lambda: self._failed or not (self._waiting or self._committing), timeout
             )
 
-    @property
-    def pending(self) -> int:
+    def waiting(self) -> Rows:
+        """The rows appended and not yet committed (a copy)."""
         with self._changed:
-            return len(self._waiting)
+            return list(self._waiting)
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
