@@ -335,7 +335,8 @@ def scale(count: int, folder: Path | None, cache: Path | None) -> int:
             shutil.copytree(kept / "memories", where, dirs_exist_ok=True)
             ids: dict[str, str] = json.loads((kept / "ids.json").read_text())
             print(
-                f"  {count} memories copied from the cache {kept}: {time.perf_counter() - started:.1f} s"
+                f"  {count} memories copied from the cache {kept}: "
+                f"{time.perf_counter() - started:.1f} s"
             )
         else:
             texts, chosen = synthetic(count)
