@@ -704,7 +704,8 @@ def _by_meaning(
     here, not by a ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at
     100,000 memories)."""
     search = table.search(vector, vector_column_name="vector").metric("cosine")
-    search = search.nprobes(probes).select(columns)  # not the vectors: ~2 ms at 100,000
+    # Not the vectors (~2 ms at 100,000); _distance named, or LanceDB warns on stderr.
+    search = search.nprobes(probes).select([*columns, "_distance"])
     if where:
         search = search.where(where, prefilter=prefilter)
     rows = search.limit(limit).to_list()
