@@ -68,6 +68,8 @@ __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 log = logging.getLogger("crow.memory")
 
 EMBEDDER_KEY = b"crow.embedder"
+#: How often a store looks for journals left by processes that died (crow.memory.journal).
+RECOVER_EVERY_S = 5.0
 #: The longest memory kept, unless the store is told otherwise ([memory] max_text_kib).
 MAX_TEXT_BYTES = 16 * 1024
 
@@ -103,7 +105,7 @@ class MemoryStore:
         self._upkeep = Upkeep(folder, ann_from)
         self._table: Any | None = None  # opened once: it reads the latest version anyway
         self._journal: Journal | None = None  # made by the first remember
-        self._recovered = False
+        self._recover_at = 0.0  # when to look for dead processes' journals again
 
     # ---- the table ------------------------------------------------------------------
     @property
@@ -139,17 +141,17 @@ class MemoryStore:
                 log.warning("memory: %s", exc)
 
     def _open(self, *, drain: bool = True) -> Any | None:
-        """The table (None until a memory was written), the journals of processes that
-        died before committing their memories taken in first, and (``drain``) this
-        process's new memories in it (``journal``)."""
+        """The table (None until a memory was written), with this process's new
+        memories in it (``drain``) and those of processes that died before committing
+        theirs (looked for every ``RECOVER_EVERY_S``: see ``journal``)."""
         if drain:
             self._drain()
         if self._table is None:
             if not self.exists or TABLE not in self.db.list_tables().tables:
                 return None
             self._table = self.db.open_table(TABLE)
-        if not self._recovered:
-            self._recovered = True
+        if time.monotonic() >= self._recover_at:  # a glob: some µs, every few seconds
+            self._recover_at = time.monotonic() + RECOVER_EVERY_S
             recover(self.folder, self._add_missing)
         return self._table
 
@@ -257,10 +259,11 @@ class MemoryStore:
     def _vectors(self, table: Any | None) -> _Vectors:
         if self.embedder is None:
             return _Vectors(False, "no embedder is configured ([memory] embedder = none)")
-        if table is None or table.count_rows() == 0:
+        if table is None:
             return _Vectors(True)
         recorded = (table.schema.metadata or {}).get(EMBEDDER_KEY, b"").decode()
-        if recorded != self.embedder.name:
+        # (rows counted only when the names differ: an empty table takes any embedder)
+        if recorded != self.embedder.name and table.count_rows() > 0:
             made = f"by {recorded}" if recorded else "without an embedder"
             return _Vectors(
                 False,
