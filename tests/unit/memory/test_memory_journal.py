@@ -25,8 +25,7 @@ CHILD = textwrap.dedent(
     import sys, threading
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
-    from crow.memory import store as store_module
-from crow.memory.store import MemoryStore
+    from crow.memory.store import MemoryStore
     from crow_testing.word_hashes import WordHashes
     store = MemoryStore(Path(sys.argv[1]), WordHashes())
     store.remember("made before the others, committed", scope="global")
