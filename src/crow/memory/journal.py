@@ -126,13 +126,15 @@ class Journal:
             folder = self.folder / JOURNALS
             folder.mkdir(mode=0o700, exist_ok=True)
             path = folder / f"{os.getpid()}-{secrets.token_hex(4)}.jsonl"
-            file = open(path, "ab")  # noqa: SIM115 - open while the process lives
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # private
+            file = os.fdopen(fd, "ab")
             fcntl.flock(file, fcntl.LOCK_EX)  # ours while we live: see ``recover``
             self._file = file
         return self._file
 
     def _start(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        """A committing thread, unless one runs (called holding ``_changed``)."""
+        if self._thread is None:
             self._thread = threading.Thread(
                 target=self._run, name="crow-memory-journal", daemon=True
             )
@@ -143,7 +145,8 @@ class Journal:
             with self._changed:
                 self._changed.wait_for(lambda: bool(self._waiting) and not self._failed, 5.0)
                 if not self._waiting or self._failed:
-                    return  # idle: the next append starts a thread again
+                    self._thread = None  # idle: the next append starts a thread again
+                    return
                 batch, self._committing = list(self._waiting), True
             try:
                 self._commit(batch)
