@@ -20,6 +20,14 @@ every index (vectors, scopes, full text), merges small fragments and drops old
 versions.  Rows not yet folded in are still found: LanceDB searches them
 flat beside the index.
 
+Folding rows in keeps the groups the index was trained with: a store indexed at
+10,000 memories and grown to 100,000 would search ~100 groups of ~1,000 where a
+fresh index has ~316 of ~316, reading three times the vectors for its probes
+(and its centroids describe the first memories only).  So the vector index is
+trained again once the table has ``RETRAIN_GROWTH`` times the rows it was built
+with (recorded in ``INDEX_BUILT``, beside the lock; an index without that record,
+built by an older Crow, is trained again once).
+
 Upkeep runs off the writer's path: ``Upkeep.start`` runs it in a thread, so a
 turn that remembers is never held by an index build or a compaction (seconds at
 100,000 rows); a lock file lets one process at a time do it, and another that
@@ -30,6 +38,7 @@ is logged and left for the next round: an index is a speed, never a record.
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -43,6 +52,7 @@ __all__ = [
     "REFRESH_EVERY_VERSIONS",
     "Upkeep",
     "has_vector_index",
+    "indexed_rows",
     "upkeep",
 ]
 
@@ -57,10 +67,22 @@ NPROBES = 40
 REFRESH_EVERY_VERSIONS = 200
 #: The lock file of ``upkeep``, beside the table in the memory folder.
 UPKEEP_LOCK = ".upkeep.lock"
+#: The vector index is trained again when the table has this many times its rows then.
+RETRAIN_GROWTH = 2.0
+#: How many rows the vector index was trained on (JSON), beside the lock.
+INDEX_BUILT = ".vector-index.json"
 
 
 def has_vector_index(table: Any) -> bool:
     return any(index.columns == ["vector"] for index in table.list_indices())
+
+
+def indexed_rows(folder: Path) -> int | None:
+    """How many rows the vector index was trained on (None: unknown)."""
+    try:
+        return int(json.loads((folder / INDEX_BUILT).read_text())["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _has_scope_index(table: Any) -> bool:
@@ -79,13 +101,20 @@ def upkeep(table: Any, folder: Path, ann_from: int = ANN_FROM) -> str:
             return ""
         table.checkout_latest()
         done = []
-        if table.count_rows() >= ann_from:
+        rows = table.count_rows()
+        if rows >= ann_from:
             if not _has_scope_index(table):
                 table.create_index("scope", config=Bitmap(), replace=True)
                 done.append("scope index")
-            if "vector" in table.schema.names and not has_vector_index(table):
-                table.create_index("vector", config=IvfFlat(distance_type="cosine"), replace=True)
-                done.append("vector index")
+            if "vector" in table.schema.names:
+                existed = has_vector_index(table)
+                built = indexed_rows(folder) if existed else None
+                if built is None or rows >= RETRAIN_GROWTH * built:
+                    table.create_index(
+                        "vector", config=IvfFlat(distance_type="cosine"), replace=True
+                    )
+                    (folder / INDEX_BUILT).write_text(json.dumps({"rows": rows}))
+                    done.append("vector index trained again" if existed else "vector index")
         table.optimize(cleanup_older_than=timedelta(hours=1))
         done.append("optimized")
         return ", ".join(done)

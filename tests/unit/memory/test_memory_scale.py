@@ -5,41 +5,19 @@ by two processes at once.  The figures at 100,000 memories are bench/memory_benc
 
 from __future__ import annotations
 
-import hashlib
-import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
+from crow_testing.word_hashes import WordHashes
 
 from crow.memory.scopes import MemoryError
 from crow.memory.store import MemoryStore
-from crow.memory.upkeep import has_vector_index
+from crow.memory.upkeep import INDEX_BUILT, has_vector_index, indexed_rows
 
 ANN_FROM = 300
-
-
-class WordHashes:
-    """An embedder of its own for these tests: each word hashed to a direction, the
-    sum made unit.  Texts that share words are near; nothing to install."""
-
-    name = "test:word-hashes"
-    DIMENSION = 64
-
-    def load(self) -> None:
-        pass
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.DIMENSION), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in re.findall(r"\w+", text.lower()):
-                seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "little")
-                out[row] += np.random.default_rng(seed).normal(size=self.DIMENSION)
-        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
 
 
 def facts(count: int, start: int = 0) -> list[dict[str, object]]:
@@ -150,3 +128,24 @@ def test_two_processes_indexing_while_a_third_writes_lose_nothing(tmp_path):
     table = MemoryStore(folder, None)._open()
     assert sum(index.columns == ["vector"] for index in table.list_indices()) == 1
     assert table.count_rows() == ANN_FROM + 40 + 30
+
+
+def test_the_vector_index_is_trained_again_once_the_table_doubles(grown):
+    folder = grown.folder
+    assert indexed_rows(folder) == ANN_FROM + 20  # built once past the size, recorded
+    grown.remember_many(facts(ANN_FROM - 40, 1000))  # 1.86x the rows it was built with
+    assert "trained again" not in grown.compact()
+    assert indexed_rows(folder) == ANN_FROM + 20
+    grown.remember_many(facts(60, 2000))  # 2.05x
+    assert "vector index trained again" in grown.compact()
+    assert indexed_rows(folder) == 2 * ANN_FROM + 40
+    assert has_vector_index(grown._open())
+    found = grown.recall("service s2033 listens on port p2033", limit=1)
+    assert found.hits[0].memory.text.startswith("service s2033 ")
+
+
+def test_an_index_of_unknown_size_is_trained_again_once(grown):
+    (grown.folder / INDEX_BUILT).unlink()  # built by a Crow that did not record it
+    assert "vector index trained again" in grown.compact()
+    assert indexed_rows(grown.folder) == ANN_FROM + 20
+    assert "trained again" not in grown.compact()
