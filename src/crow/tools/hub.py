@@ -3,8 +3,10 @@
 Each server is owned by one task that opens the ``mcp`` client, lists its tools
 and keeps the connection until the hub closes (the SDK's clients must be closed
 by the task that opened them: ECOSYSTEM.md trap 6).  Built-in servers run
-in-process (no subprocess, no framing); configured and client-named ones over
-stdio or streamable HTTP.
+in-process (no subprocess, no framing), one of each kind shared by the process's
+sessions: the hub opens the session's own connection to it and gives it the
+session's scope as it opens (``crow.servers.shared``); configured and client-named
+ones over stdio or streamable HTTP.
 
 A server that fails to start, times out, or dies mid-session is reported
 through ``on_event`` (the agent shows it to the user) and its tools are
@@ -29,8 +31,9 @@ import os
 import re
 import secrets
 import signal
+import weakref
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,7 @@ from crow.config import McpServerSpec
 from crow.extensions import SCOPE_ARGUMENT, TOOL_KIND
 from crow.runtime import children
 from crow.runtime.imports import import_off_loop
+from crow.servers.shared import Scoped, opening
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
 
@@ -100,7 +104,7 @@ class ToolResult:
 @dataclass
 class _Server:
     name: str
-    target: Any  # an MCPServer, StdioServerParameters or URL
+    target: Any  # a Scoped built-in, an MCPServer, StdioServerParameters or URL
     timeout_s: float
     client: Any = None
     tools: list[ToolInfo] = field(default_factory=list)
@@ -205,11 +209,19 @@ class ToolHub:
         """The one task that opens, holds and closes this server's client."""
         from mcp import Client  # the SDK: imported on first use (see the module)
 
+        target, scope, shared, options = server.target, None, None, {}
+        if isinstance(target, Scoped):  # a shared built-in: this connection's scope
+            target = shared = server.target.server
+            scope = server.target.scope
+            options["mode"] = _in_process_mode()  # nothing to discover: it is Crow's own
         try:
-            async with Client(server.target, client_info=_client_info()) as client:
+            async with AsyncExitStack() as stack:
+                with opening(scope):  # read by the server's lifespan as it opens, and only then
+                    client = await stack.enter_async_context(
+                        Client(target, client_info=_client_info(), **options)
+                    )
                 _adopt(server)
-                listed = await client.list_tools()
-                server.tools = [_tool_info(server, t) for t in listed.tools]
+                server.tools = await _list_tools(server, client, shared)
                 server.client = client
                 server.ready.set()
                 await server.stop.wait()
@@ -297,6 +309,31 @@ class ToolHub:
             f"({_describe(exc)}); its tools were withdrawn.",
             "error",
         )
+
+
+#: The tools of each shared built-in server, by the name the hub gives it: listed by its
+#: first connection, the same for every session's (its tools are fixed when it is made).
+_LISTED: weakref.WeakKeyDictionary[Any, dict[str, list[ToolInfo]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _list_tools(server: _Server, client: Any, shared: Any) -> list[ToolInfo]:
+    """The server's tools; a shared server's are listed once and kept for all sessions."""
+    known = _LISTED.get(shared, {}) if shared is not None else {}
+    tools = known.get(server.name)
+    if tools is None:
+        listed = await client.list_tools()
+        tools = [_tool_info(server, t) for t in listed.tools]
+        if shared is not None:
+            _LISTED.setdefault(shared, {})[server.name] = tools
+    return list(tools)  # the hub's own list; the ToolInfos (frozen) are shared
+
+
+def _in_process_mode() -> str:
+    from mcp_types.version import LATEST_MODERN_VERSION  # the SDK: imported on first use
+
+    return LATEST_MODERN_VERSION
 
 
 def _adopt(server: _Server) -> None:
