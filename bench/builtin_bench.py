@@ -66,9 +66,7 @@ async def main(sessions: int, kinds: list[str]) -> None:
         (cwd / "a.txt").write_text("a\n")
         began = time.perf_counter()
         hub = ToolHub(on_event=on_event)
-        await hub.start(
-            builtin_servers(config, str(cwd), [], f"s{n}"), [], builtin_timeout_s=30
-        )
+        await hub.start(builtin_servers(config, str(cwd), [], f"s{n}"), [], builtin_timeout_s=30)
         ready.append(time.perf_counter() - began)
         hubs.append(hub)
         if "fs" in kinds:
@@ -90,8 +88,10 @@ async def main(sessions: int, kinds: list[str]) -> None:
     if calls:
         print(f"fs__list call: {ms(calls[1:])}")
     if sessions > 10:
-        print(f"RSS: {end / 1024:.1f} MiB; per session beyond the first 10: "
-              f"{(end - base) / (sessions - 10):.1f} KiB")
+        print(
+            f"RSS: {end / 1024:.1f} MiB; per session beyond the first 10: "
+            f"{(end - base) / (sessions - 10):.1f} KiB"
+        )
     began = time.perf_counter()
     for hub in hubs:
         await hub.aclose()

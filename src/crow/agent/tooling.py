@@ -140,9 +140,7 @@ def builtin_servers(
         from crow.servers.terminal import build_server  # mcp: not at start-up
 
         timeout_s = config.tools.timeout_s
-        server = shared(
-            ("terminal", timeout_s), lambda: build_server(default_timeout_s=timeout_s)
-        )
+        server = shared(("terminal", timeout_s), lambda: build_server(default_timeout_s=timeout_s))
         return Scoped(server, Path(cwd))
 
     def web() -> Scoped:

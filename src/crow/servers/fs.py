@@ -55,7 +55,7 @@ from ._fs_walk import SKIP_DIRS as SKIP_DIRS
 from ._fs_walk import glob_files, list_entries, text_lines, tree_texts
 from ._stdio import run_stdio
 from .roots import OutsideRoots, Roots, stat_in
-from .shared import scoped_lifespan
+from .shared import connection_state, scoped_lifespan
 
 __all__ = ["FsError", "FsTools", "build_server", "main"]
 # Meta, git_patch and the limits imported ``as`` themselves above stay importable from
@@ -387,8 +387,7 @@ def build_server(roots: Roots | None = None) -> MCPServer:
 
 def _tools(ctx: Context) -> FsTools:
     """The tools of the calling connection, in its roots (set when it opened)."""
-    tools: FsTools = ctx.request_context.lifespan_context
-    return tools
+    return connection_state(ctx, FsTools)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,8 +13,8 @@ otherwise.
 
 What the tools reach is fixed when a connection opens, by its ``MemoryPlace``
 (crow.memory.scopes; in Crow, the session's, given by the hub: ``crow.servers.shared``;
-run alone, the one the server was made with): whoever calls a tool (a model, an agent behind ``crow proxy
-memory``) gets its own scopes only, whatever scope it names; ``all`` and other
+run alone, the one the server was made with): whoever calls a tool (a model, an agent
+behind ``crow proxy memory``) gets its own scopes only, whatever scope it names; ``all`` and other
 projects' or sessions' scopes are refused with a one-line error.  A server made
 with ``approvals`` (Crow's own, in process) also writes beyond them when the call
 says the person agreed (``_meta["crow/approved"]``, which only Crow's tool runner
@@ -41,7 +41,7 @@ from ..extensions import APPROVED, SCOPE_ARGUMENT, TOOL_KIND
 from ..memory.scopes import OWN, READ_ALL, MemoryError, MemoryPlace
 from ..observe import metrics
 from ._stdio import run_stdio
-from .shared import scoped_lifespan
+from .shared import connection_state, scoped_lifespan
 
 if TYPE_CHECKING:
     from ..memory.store import MemoryStore
@@ -201,8 +201,7 @@ def build_server(
 
 def _place(ctx: Context) -> MemoryPlace:
     """The calling connection's place (given when it opened)."""
-    place: MemoryPlace = ctx.request_context.lifespan_context
-    return place
+    return connection_state(ctx, MemoryPlace)
 
 
 def _checked(work: Callable[[], T]) -> T:

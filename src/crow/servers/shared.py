@@ -26,7 +26,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["Scoped", "opening", "scoped_lifespan", "shared", "shared_count"]
+__all__ = ["Scoped", "connection_state", "opening", "scoped_lifespan", "shared", "shared_count"]
 
 log = logging.getLogger("crow.servers")
 
@@ -76,6 +76,14 @@ def scoped_lifespan(
     return lifespan
 
 
+def connection_state(ctx: Any, kind: type[T]) -> T:
+    """The calling connection's state (an MCPServer tool's ``ctx``), made by its lifespan."""
+    state = ctx.request_context.lifespan_context
+    if not isinstance(state, kind):
+        raise RuntimeError(f"this connection has no {kind.__name__}: it opened without a scope")
+    return state
+
+
 _servers: dict[tuple[Any, ...], Any] = {}
 _lock = threading.Lock()
 
@@ -87,9 +95,12 @@ def shared(key: tuple[Any, ...], build: Callable[[], T]) -> T:
         server = _servers.get(key)
         if server is None:
             server = _servers[key] = build()
-            log.info("built-in server %s made (%s), shared by this process's sessions",
-                     key[0], f"{id(server):x}")
-        return server  # type: ignore[no-any-return]
+            log.info(
+                "built-in server %s made (%s), shared by this process's sessions",
+                key[0],
+                f"{id(server):x}",
+            )
+        return server
 
 
 def shared_count(kind: str) -> int:

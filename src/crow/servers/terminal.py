@@ -7,9 +7,10 @@ a 2 s grace.  That happens on a timeout, on ``stop``, when a ``run`` call is can
 (before the cancellation is re-raised, so no process outlives the call), when a ``run``
 command exits but leaves processes behind, and, for every group still alive, when the
 connection that started it closes (each connection has a terminal of its own: its
-directory, its background ids; ``crow.servers.shared``).  Should this process die without ending them (``kill -9``), its
-reaper process (``crow.runtime.children``) SIGKILLs every group still alive, and every process the
-commands started, even one that left its group.
+directory, its background ids; ``crow.servers.shared``).  Should this process die
+without ending them (``kill -9``), its reaper process (``crow.runtime.children``)
+SIGKILLs every group still alive, and every process the commands started, even one
+that left its group.
 
 Tools (``_meta["crow/kind"]`` in brackets):
 
@@ -63,7 +64,6 @@ from pydantic import Field
 
 from ..extensions import NEXT, TOOL_KIND
 from ._stdio import run_stdio
-from .shared import scoped_lifespan
 from ._terminal_jobs import Meta as Meta
 from ._terminal_jobs import Terminal
 from ._terminal_output import COALESCE_S as COALESCE_S
@@ -72,6 +72,7 @@ from ._terminal_process import DRAIN_S as DRAIN_S
 from ._terminal_process import KILL_GRACE_S as KILL_GRACE_S
 from ._terminal_process import READ_SIZE as READ_SIZE
 from ._terminal_process import shielded
+from .shared import connection_state, scoped_lifespan
 
 __all__ = ["build_server", "main"]
 # The limits and Meta imported ``as`` themselves above stay importable from here, where
@@ -218,8 +219,7 @@ def build_server(
 
 def _terminal(ctx: Context) -> Terminal:
     """The calling connection's terminal (made when it opened)."""
-    terminal: Terminal = ctx.request_context.lifespan_context
-    return terminal
+    return connection_state(ctx, Terminal)
 
 
 def main(argv: list[str] | None = None) -> int:

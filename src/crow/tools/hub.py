@@ -209,16 +209,16 @@ class ToolHub:
         """The one task that opens, holds and closes this server's client."""
         from mcp import Client  # the SDK: imported on first use (see the module)
 
-        target, scope, shared, options = server.target, None, None, {}
+        target, scope, shared, mode = server.target, None, None, "auto"
         if isinstance(target, Scoped):  # a shared built-in: this connection's scope
             target = shared = server.target.server
             scope = server.target.scope
-            options["mode"] = _in_process_mode()  # nothing to discover: it is Crow's own
+            mode = _in_process_mode()  # nothing to discover: it is Crow's own
         try:
             async with AsyncExitStack() as stack:
                 with opening(scope):  # read by the server's lifespan as it opens, and only then
                     client = await stack.enter_async_context(
-                        Client(target, client_info=_client_info(), **options)
+                        Client(target, client_info=_client_info(), mode=mode)
                     )
                 _adopt(server)
                 server.tools = await _list_tools(server, client, shared)
@@ -313,9 +313,7 @@ class ToolHub:
 
 #: The tools of each shared built-in server, by the name the hub gives it: listed by its
 #: first connection, the same for every session's (its tools are fixed when it is made).
-_LISTED: weakref.WeakKeyDictionary[Any, dict[str, list[ToolInfo]]] = (
-    weakref.WeakKeyDictionary()
-)
+_LISTED: weakref.WeakKeyDictionary[Any, dict[str, list[ToolInfo]]] = weakref.WeakKeyDictionary()
 
 
 async def _list_tools(server: _Server, client: Any, shared: Any) -> list[ToolInfo]:
