@@ -20,13 +20,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["Scoped", "connection_state", "opening", "scoped_lifespan", "shared", "shared_count"]
+__all__ = [
+    "Scoped",
+    "connection_state",
+    "open_connections",
+    "opening",
+    "scoped_lifespan",
+    "shared",
+]
 
 log = logging.getLogger("crow.servers")
 
@@ -34,6 +42,7 @@ S = TypeVar("S")
 T = TypeVar("T")
 
 _SCOPE: ContextVar[Any] = ContextVar("crow_server_scope", default=None)
+_open: Counter[str] = Counter()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +79,19 @@ def scoped_lifespan(
                 f"the shared {name} server was connected without a scope: "
                 "connect it through crow.tools.hub with a Scoped target"
             )
-        async with enter(scope) as state:
-            yield state
+        _open[name] += 1
+        try:
+            async with enter(scope) as state:
+                yield state
+        finally:
+            _open[name] -= 1
 
     return lifespan
+
+
+def open_connections(name: str) -> int:
+    """How many connections to the ``name`` servers (scoped ones) are open now."""
+    return _open[name]
 
 
 def connection_state(ctx: Any, kind: type[T]) -> T:
@@ -101,8 +119,3 @@ def shared(key: tuple[Any, ...], build: Callable[[], T]) -> T:
                 f"{id(server):x}",
             )
         return server
-
-
-def shared_count(kind: str) -> int:
-    """How many shared servers of ``kind`` this process has made."""
-    return sum(1 for key in _servers if key[0] == kind)

@@ -5,8 +5,10 @@ and keeps the connection until the hub closes (the SDK's clients must be closed
 by the task that opened them: ECOSYSTEM.md trap 6).  Built-in servers run
 in-process (no subprocess, no framing), one of each kind shared by the process's
 sessions: the hub opens the session's own connection to it and gives it the
-session's scope as it opens (``crow.servers.shared``); configured and client-named
-ones over stdio or streamable HTTP.
+session's scope as it opens (``crow.servers.shared``).  Its tools are listed once
+per process, so a session's connection opens at the first call of one of them (a
+session that never calls the terminal has no terminal).  Configured and
+client-named servers run over stdio or streamable HTTP, each started with the hub.
 
 A server that fails to start, times out, or dies mid-session is reported
 through ``on_event`` (the agent shows it to the user) and its tools are
@@ -165,7 +167,9 @@ class ToolHub:
                 label=label,
                 trusted=spec.trusted,
             )
-        await asyncio.gather(*(self._await_ready(s) for s in self.servers.values()))
+        await asyncio.gather(
+            *(self._await_ready(s) for s in self.servers.values() if s.task is not None)
+        )
 
     def _failed(self, name: str, error: str) -> None:
         """A server that could not even be launched (reported with the others)."""
@@ -188,7 +192,15 @@ class ToolHub:
             name=name, target=target, timeout_s=timeout_s, label=label, trusted=trusted
         )
         self.servers[name] = server
-        server.task = asyncio.create_task(self._own(server), name=f"mcp-{name}")
+        known = _known_tools(server)
+        if known is not None:  # a shared built-in listed before: connect at its first call
+            server.tools = known
+            return
+        self._connect(server)
+
+    def _connect(self, server: _Server) -> None:
+        if server.task is None:
+            server.task = asyncio.create_task(self._own(server), name=f"mcp-{server.name}")
 
     async def _await_ready(self, server: _Server) -> None:
         try:
@@ -197,7 +209,7 @@ class ToolHub:
         except TimeoutError:
             server.error = f"it did not start within {MCP_SERVER_START_S:.0f} s"
             server.stop.set()
-        if server.error is not None:
+        if server.error is not None and not server.dead:
             server.dead = True
             await self.on_event(
                 f"MCP server {server.name!r} failed to start: "
@@ -265,6 +277,11 @@ class ToolHub:
         Raises ToolServerError if its server fails; the caller owns cancellation
         (cancelling this cancels the call on the server)."""
         server = self.servers[tool.server]
+        if server.task is None and not server.dead:  # a shared built-in's first call
+            self._connect(server)
+            await self._await_ready(server)
+        elif not server.ready.is_set():  # another call is connecting it
+            await self._await_ready(server)
         if server.dead or server.client is None:
             raise ToolServerError(f"MCP server {tool.server!r} is not running")
 
@@ -314,6 +331,14 @@ class ToolHub:
 #: The tools of each shared built-in server, by the name the hub gives it: listed by its
 #: first connection, the same for every session's (its tools are fixed when it is made).
 _LISTED: weakref.WeakKeyDictionary[Any, dict[str, list[ToolInfo]]] = weakref.WeakKeyDictionary()
+
+
+def _known_tools(server: _Server) -> list[ToolInfo] | None:
+    """A shared built-in's tools if another session has listed them (else None)."""
+    if not isinstance(server.target, Scoped):
+        return None
+    tools = _LISTED.get(server.target.server, {}).get(server.name)
+    return None if tools is None else list(tools)
 
 
 async def _list_tools(server: _Server, client: Any, shared: Any) -> list[ToolInfo]:

@@ -19,7 +19,7 @@ import pytest
 from crow.agent.tooling import builtin_servers
 from crow.config import load_config
 from crow.extensions import PID
-from crow.servers.shared import Scoped
+from crow.servers.shared import Scoped, open_connections
 from crow.tools.hub import ToolHub, ToolResult
 
 LIMIT_S = 20
@@ -187,6 +187,31 @@ async def test_memory_writes_land_in_each_sessions_scope(two):
     # Naming the other's scope outright is refused (it is beyond this place).
     beyond = await a.call("memory__list_memories", scope=f"project:{b.cwd.resolve()}")
     assert beyond.is_error, beyond.text
+
+
+async def test_a_session_connects_to_a_listed_server_at_its_first_call_only(two, tmp_path):
+    """The tools of a shared server are listed once per process: a later session has
+    them at once, and its own connection opens when it first calls one (once, however
+    many calls race to open it), and closes with the session."""
+    a, _ = two
+    c_dir = tmp_path / "c"
+    c_dir.mkdir()
+    (c_dir / "only-c.txt").write_text("c\n")
+    before = {kind: open_connections(kind) for kind in ("fs", "terminal", "memory")}
+    c = await open_session("sess-c", c_dir)
+    try:
+        assert [t.qualified for t in c.hub.tools()] == [t.qualified for t in a.hub.tools()]
+        assert {k: open_connections(k) for k in before} == before
+        lists = await asyncio.gather(*(c.call("fs__list") for _ in range(3)))
+        assert all("only-c.txt" in r.text and not r.is_error for r in lists)
+        assert open_connections("fs") == before["fs"] + 1
+        assert open_connections("terminal") == before["terminal"]
+        assert (await c.call("terminal__run", command="pwd")).text.startswith(str(c_dir))
+        assert open_connections("terminal") == before["terminal"] + 1
+    finally:
+        await c.hub.aclose()
+    assert {k: open_connections(k) for k in before} == before
+    assert not c.events, c.events
 
 
 async def test_a_shared_server_refuses_a_connection_without_a_scope(two):
