@@ -124,6 +124,7 @@ class ToolHub:
     def __init__(self, *, on_event: EventSink) -> None:
         self.on_event = on_event
         self.servers: dict[str, _Server] = {}
+        self.closed = False  # aclose has begun: no connection opens any more
 
     # ---- starting and stopping --------------------------------------------------
     async def start(
@@ -199,7 +200,10 @@ class ToolHub:
         self._connect(server)
 
     def _connect(self, server: _Server) -> None:
-        if server.task is None:
+        if self.closed:  # a call racing the session's close: nothing may outlive the hub
+            server.error = "the session's tools have been stopped"
+            server.ready.set()
+        elif server.task is None:
             server.task = asyncio.create_task(self._own(server), name=f"mcp-{server.name}")
 
     async def _await_ready(self, server: _Server) -> None:
@@ -246,6 +250,7 @@ class ToolHub:
             _release(server)
 
     async def aclose(self) -> None:
+        self.closed = True
         for server in self.servers.values():
             server.stop.set()
         tasks = [s.task for s in self.servers.values() if s.task is not None]

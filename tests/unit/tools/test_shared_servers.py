@@ -255,3 +255,19 @@ def test_the_scope_is_not_in_any_tool_schema():
     for name, schema in found.items():
         props = set(schema.get("properties", {}))
         assert not props & {"roots", "root", "session", "session_id", "place"}, name
+
+
+async def test_a_call_after_the_session_closed_opens_no_connection(two):
+    """A call racing the close of its session's tools (a lazily connected server) is
+    refused instead of opening a connection nothing would close."""
+    from crow.tools.hub import ToolServerError
+
+    _, b = two
+    c = await open_session("sess-late", b.cwd)
+    tool = c.hub.find("terminal__run")
+    assert tool is not None
+    before = open_connections("terminal")
+    await c.hub.aclose()
+    with pytest.raises(ToolServerError, match="not running"):
+        await c.hub.call(tool, {"command": "echo no"})
+    assert open_connections("terminal") == before
