@@ -1,7 +1,9 @@
 """A session's tools: which MCP servers it gets, and starting them.
 
 Every session gets, at its first turn, the built-in servers (fs confined to its cwd and
-additional directories, terminal in its cwd, web, memory for its project), the servers of
+additional directories, terminal in its cwd, web, memory for its project: one server of
+each kind shared by the process's sessions, each session on a connection of its own in
+its own scope, ``crow.servers.shared``), the servers of
 ``[mcp.servers]`` in config.toml, and the ``mcpServers`` its client named in
 ``session/new`` or ``session/resume`` (ACP-V2.md §5.1): stdio and http, each
 name once, an unknown transport refused with ``-32602``.
@@ -29,6 +31,7 @@ from crow.config import Config, McpServerSpec
 from crow.memory import has_memories
 from crow.memory.scopes import OWN, READ_ALL, MemoryPlace
 from crow.servers.roots import Roots
+from crow.servers.shared import Scoped, shared
 from crow.tools.hub import ToolHub
 from crow.tools.permissions import Permissions
 
@@ -116,39 +119,51 @@ def _pairs(items: Any) -> dict[str, str]:
 def builtin_servers(
     config: Config, cwd: str, extra: list[str], session_id: str | None = None
 ) -> dict[str, Callable[[], Any]]:
-    """Factories for the built-in servers of one session (they import mcp: call late)."""
+    """Factories for the built-in servers of one session (they import mcp: call late).
 
-    def fs() -> Any:
+    Each gives the process's one server of its kind (made at the first session's first
+    turn, ``crow.servers.shared``) with this session's scope, which the hub hands it as
+    it connects: fs confined to the cwd and ``extra`` (and the session's own folder of
+    cut tool results), a terminal of its own in the cwd, memory at the session's place.
+    """
+
+    def fs() -> Scoped:
         from crow.servers.fs import build_server  # mcp (~0.6 s): not at start-up
 
         # The session's cut tool results are kept whole there (crow.tools.caps): its
         # own folder only, so no session reads another's.
         kept = (config.paths.tool_output(session_id),) if session_id else ()
-        return build_server(Roots(cwd=Path(cwd), extra=(*(Path(d) for d in extra), *kept)))
+        roots = Roots(cwd=Path(cwd), extra=(*(Path(d) for d in extra), *kept))
+        return Scoped(shared(("fs",), build_server), roots)
 
-    def terminal() -> Any:
+    def terminal() -> Scoped:
         from crow.servers.terminal import build_server  # mcp: not at start-up
 
-        return build_server(Path(cwd), default_timeout_s=config.tools.timeout_s)
+        timeout_s = config.tools.timeout_s
+        server = shared(("terminal", timeout_s), lambda: build_server(default_timeout_s=timeout_s))
+        return Scoped(server, Path(cwd))
 
-    def web() -> Any:
+    def web() -> Scoped:
         from crow.servers.web import build_server  # mcp, httpx: not at start-up
 
-        return build_server(
-            search_url=config.tools.search_url, allow_hosts=config.tools.fetch_allow_hosts
+        search, allow = config.tools.search_url, config.tools.fetch_allow_hosts
+        server = shared(
+            ("web", search, allow), lambda: build_server(search_url=search, allow_hosts=allow)
         )
+        return Scoped(server, None)  # nothing of a session's: the same for all
 
-    def memory() -> Any:
+    def memory() -> Scoped:
         from crow.memory.shared import shared_store  # LanceDB, numpy: not at start-up
         from crow.servers.memory import build_server  # mcp: not at start-up
 
-        folder = config.paths.memory
-        reach = READ_ALL if config.memory.model_reads == "all" else OWN
-        return build_server(
-            lambda: shared_store(folder, config.memory),
-            MemoryPlace(cwd, session_id, reach),
-            approvals=True,  # Crow's runner asks the person before a write beyond it
+        folder, settings = config.paths.memory, config.memory
+        reach = READ_ALL if settings.model_reads == "all" else OWN
+        server = shared(
+            ("memory", folder, settings),
+            # approvals: Crow's runner asks the person before a write beyond the place
+            lambda: build_server(lambda: shared_store(folder, settings), approvals=True),
         )
+        return Scoped(server, MemoryPlace(cwd, session_id, reach))
 
     factories = {"fs": fs, "terminal": terminal, "web": web, "memory": memory}
     return {name: factories[name] for name in config.tools.builtin}

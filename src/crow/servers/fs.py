@@ -33,12 +33,12 @@ import re
 import stat
 import sys
 import threading
-from collections.abc import Callable
-from contextlib import closing
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, closing
 from pathlib import Path
 from typing import Annotated, BinaryIO
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
 
@@ -55,6 +55,7 @@ from ._fs_walk import SKIP_DIRS as SKIP_DIRS
 from ._fs_walk import glob_files, list_entries, text_lines, tree_texts
 from ._stdio import run_stdio
 from .roots import OutsideRoots, Roots, stat_in
+from .shared import connection_state, scoped_lifespan
 
 __all__ = ["FsError", "FsTools", "build_server", "main"]
 # Meta, git_patch and the limits imported ``as`` themselves above stay importable from
@@ -275,19 +276,30 @@ DirArg = Annotated[str, Field(description="Directory, relative to the working di
 _READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
-def build_server(roots: Roots) -> MCPServer:
-    """An `MCPServer` offering the six filesystem tools over ``roots``."""
-    tools = FsTools(roots)
-    allowed = ", ".join(str(root) for root in roots.resolved)
+def build_server(roots: Roots | None = None) -> MCPServer:
+    """An `MCPServer` offering the six filesystem tools.
+
+    Each connection's tools work inside its own roots (``crow.servers.shared``): the
+    `Roots` its opener gave, else ``roots``.  Without ``roots`` the server is Crow's
+    shared one, and a connection that brings no roots is refused.
+    """
+
+    @asynccontextmanager
+    async def connect(scope: Roots) -> AsyncIterator[FsTools]:
+        yield FsTools(scope)
+
     server: MCPServer = MCPServer(
         "fs",
         instructions=(
-            f"Files inside {allowed}. Relative paths start at {roots.resolved[0]}; "
-            "paths outside these directories are refused."
+            "Files inside the session's directories (its working directory and any others "
+            "it was given). Relative paths start at the working directory; paths outside "
+            "these directories are refused."
         ),
+        lifespan=scoped_lifespan(connect, name="fs", default=roots),
     )
 
     def read(
+        ctx: Context,
         path: PathArg,
         offset: Annotated[int, Field(description="First line to show, 1-based.")] = 1,
         limit: Annotated[
@@ -298,16 +310,18 @@ def build_server(roots: Roots) -> MCPServer:
 
         Shows up to 2000 lines or 256 KiB; a final note says how to read more.
         """
-        return _guard(lambda: tools.read(path, offset, limit))
+        return _guard(lambda: _tools(ctx).read(path, offset, limit))
 
     def write(
+        ctx: Context,
         path: PathArg,
         content: Annotated[str, Field(description="The whole new content of the file.")],
     ) -> CallToolResult:
         """Create a file or replace all of its content; missing parent directories are made."""
-        return _guard(lambda: tools.write(path, content))
+        return _guard(lambda: _tools(ctx).write(path, content))
 
     def edit(
+        ctx: Context,
         path: PathArg,
         old_text: Annotated[str, Field(description="Text to find, copied from the file.")],
         new_text: Annotated[str, Field(description="Its replacement.")],
@@ -321,23 +335,26 @@ def build_server(roots: Roots) -> MCPServer:
         a match ignoring indentation and trailing whitespace is used (if unique) and
         new_text is re-indented to fit.
         """
-        return _guard(lambda: tools.edit(path, old_text, new_text, replace_all))
+        return _guard(lambda: _tools(ctx).edit(path, old_text, new_text, replace_all))
 
     def list_(
+        ctx: Context,
         path: DirArg = ".",
         depth: Annotated[int, Field(description="1 lists the entries, 2 also theirs, ...")] = 1,
     ) -> CallToolResult:
         """List a directory, sorted, directories ending in / (skips .git)."""
-        return _guard(lambda: tools.list(path, depth))
+        return _guard(lambda: _tools(ctx).list(path, depth))
 
     def glob(
+        ctx: Context,
         pattern: Annotated[str, Field(description="Glob such as **/*.py, relative to path.")],
         path: DirArg = ".",
     ) -> CallToolResult:
         """Find files by glob pattern, newest first (at most 500), relative to path."""
-        return _guard(lambda: tools.glob(pattern, path))
+        return _guard(lambda: _tools(ctx).glob(pattern, path))
 
     def grep(
+        ctx: Context,
         pattern: Annotated[str, Field(description="Python regular expression.")],
         path: Annotated[str, Field(description="File or directory to search.")] = ".",
         glob: Annotated[
@@ -347,7 +364,7 @@ def build_server(roots: Roots) -> MCPServer:
         max_results: Annotated[int, Field(description="Stop after this many lines.")] = 200,
     ) -> CallToolResult:
         """Search text files for a regex; prints path:line:text (skips binary, .git, >2 MiB)."""
-        return _guard(lambda: tools.grep(pattern, path, glob, ignore_case, max_results))
+        return _guard(lambda: _tools(ctx).grep(pattern, path, glob, ignore_case, max_results))
 
     registrations: list[tuple[Callable[..., CallToolResult], str, str, ToolAnnotations]] = [
         (read, "read", "read", _READ_ONLY),
@@ -366,6 +383,11 @@ def build_server(roots: Roots) -> MCPServer:
     for fn, name, kind, hints in registrations:
         server.add_tool(fn, name=name, annotations=hints, meta={TOOL_KIND: kind})
     return server
+
+
+def _tools(ctx: Context) -> FsTools:
+    """The tools of the calling connection, in its roots (set when it opened)."""
+    return connection_state(ctx, FsTools)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,10 @@ only, in Crow), or the full forms ``project:<root>`` / ``session:<id>``.
 Recall and list look at global + this project (+ this session) unless told
 otherwise.
 
-What the tools reach is fixed when the server is made, by its ``MemoryPlace``
-(crow.memory.scopes): whoever calls a tool (a model, an agent behind ``crow proxy
-memory``) gets its own scopes only, whatever scope it names; ``all`` and other
+What the tools reach is fixed when a connection opens, by its ``MemoryPlace``
+(crow.memory.scopes; in Crow, the session's, given by the hub: ``crow.servers.shared``;
+run alone, the one the server was made with): whoever calls a tool (a model, an agent
+behind ``crow proxy memory``) gets its own scopes only, whatever scope it names; ``all`` and other
 projects' or sessions' scopes are refused with a one-line error.  A server made
 with ``approvals`` (Crow's own, in process) also writes beyond them when the call
 says the person agreed (``_meta["crow/approved"]``, which only Crow's tool runner
@@ -25,7 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -39,6 +41,7 @@ from ..extensions import APPROVED, SCOPE_ARGUMENT, TOOL_KIND
 from ..memory.scopes import OWN, READ_ALL, MemoryError, MemoryPlace
 from ..observe import metrics
 from ._stdio import run_stdio
+from .shared import connection_state, scoped_lifespan
 
 if TYPE_CHECKING:
     from ..memory.store import MemoryStore
@@ -64,12 +67,26 @@ INSTRUCTIONS = (
 
 
 def build_server(
-    open_store: Callable[[], MemoryStore], place: MemoryPlace, *, approvals: bool = False
+    open_store: Callable[[], MemoryStore],
+    place: MemoryPlace | None = None,
+    *,
+    approvals: bool = False,
 ) -> MCPServer:
-    """The server for ``place`` (what it reaches); ``open_store`` is called in a worker
+    """The server; each connection reaches its own place (given when it opened), else
+    ``place``; without ``place`` it is Crow's shared one, and a connection that brings
+    no place is refused.  ``open_store`` is called in a worker
     thread at the first tool call (opening the store imports LanceDB and numpy: not on
     the event loop).  ``approvals``: honour ``_meta["crow/approved"]`` (Crow's own only)."""
-    server: MCPServer = MCPServer("memory", instructions=INSTRUCTIONS)
+
+    @asynccontextmanager
+    async def connect(scope: MemoryPlace) -> AsyncIterator[MemoryPlace]:
+        yield scope
+
+    server: MCPServer = MCPServer(
+        "memory",
+        instructions=INSTRUCTIONS,
+        lifespan=scoped_lifespan(connect, name="memory", default=place),
+    )
 
     def approved(ctx: Context) -> bool:
         meta = ctx.request_context.meta or {}
@@ -88,6 +105,7 @@ def build_server(
         ctx: Context = None,  # type: ignore[assignment]  # given by MCPServer
     ) -> dict[str, Any]:
         """Store a durable fact for later sessions; a near-duplicate in the scope is replaced."""
+        place = _place(ctx)
         target = _checked(lambda: place.scope(scope, approved=approved(ctx)))
         done = await _run(
             lambda: open_store().remember(
@@ -107,9 +125,10 @@ def build_server(
         limit: Annotated[int, Field(description="At most this many memories.", ge=1)] = 5,
         scope: SearchScope = None,
         tags: TagFilter = None,
+        ctx: Context = None,  # type: ignore[assignment]  # given by MCPServer
     ) -> dict[str, Any]:
         """Find the memories most relevant to a query, best first."""
-        scopes = _checked(lambda: place.scopes(scope))
+        scopes = _checked(lambda: _place(ctx).scopes(scope))
         with metrics.timed(metrics.memory_recall):
             found = await _run(
                 lambda: open_store().recall(
@@ -133,7 +152,7 @@ def build_server(
     ) -> dict[str, Any]:
         """Delete one memory for good."""
         found = await _run(lambda: open_store().get(id))
-        if found is not None and not place.reaches(found.scope) and not approved(ctx):
+        if found is not None and not _place(ctx).reaches(found.scope) and not approved(ctx):
             raise ToolError(
                 f"{id} is kept in {found.scope}, beyond this session's memory scopes: the "
                 f"memory tools cannot forget it; the person can, with `crow memory forget {id}`"
@@ -148,9 +167,10 @@ def build_server(
         tags: TagFilter = None,
         limit: Annotated[int, Field(ge=1)] = 20,
         offset: Annotated[int, Field(ge=0)] = 0,
+        ctx: Context = None,  # type: ignore[assignment]  # given by MCPServer
     ) -> dict[str, Any]:
         """List memories, most recently updated first."""
-        scopes = _checked(lambda: place.scopes(scope))
+        scopes = _checked(lambda: _place(ctx).scopes(scope))
         memories = await _run(
             lambda: open_store().list_memories(
                 scopes=scopes,
@@ -177,6 +197,11 @@ def build_server(
             meta[SCOPE_ARGUMENT] = "scope"  # Crow asks before a write beyond the place
         server.add_tool(fn, name=name, annotations=hints, meta=meta)
     return server
+
+
+def _place(ctx: Context) -> MemoryPlace:
+    """The calling connection's place (given when it opened)."""
+    return connection_state(ctx, MemoryPlace)
 
 
 def _checked(work: Callable[[], T]) -> T:

@@ -6,9 +6,11 @@ group is always ended the same way: SIGTERM to the whole group, then SIGKILL to 
 a 2 s grace.  That happens on a timeout, on ``stop``, when a ``run`` call is cancelled
 (before the cancellation is re-raised, so no process outlives the call), when a ``run``
 command exits but leaves processes behind, and, for every group still alive, when the
-server's lifespan ends.  Should this process die without ending them (``kill -9``), its
-reaper process (``crow.runtime.children``) SIGKILLs every group still alive, and every process the
-commands started, even one that left its group.
+connection that started it closes (each connection has a terminal of its own: its
+directory, its background ids; ``crow.servers.shared``).  Should this process die
+without ending them (``kill -9``), its reaper process (``crow.runtime.children``)
+SIGKILLs every group still alive, and every process the commands started, even one
+that left its group.
 
 Tools (``_meta["crow/kind"]`` in brackets):
 
@@ -70,6 +72,7 @@ from ._terminal_process import DRAIN_S as DRAIN_S
 from ._terminal_process import KILL_GRACE_S as KILL_GRACE_S
 from ._terminal_process import READ_SIZE as READ_SIZE
 from ._terminal_process import shielded
+from .shared import connection_state, scoped_lifespan
 
 __all__ = ["build_server", "main"]
 # The limits and Meta imported ``as`` themselves above stay importable from here, where
@@ -99,29 +102,39 @@ IdArg = Annotated[str, Field(description="A background process id from start, li
 
 
 def build_server(
-    cwd: Path, *, default_timeout_s: float = 120, max_output_bytes: int = 64 * 1024
+    cwd: Path | None = None,
+    *,
+    default_timeout_s: float = 120,
+    max_output_bytes: int = 64 * 1024,
 ) -> MCPServer:
-    """An `MCPServer` offering run, start, output, stop and list_processes in ``cwd``."""
-    terminal = Terminal(
-        cwd, default_timeout_s, max_output_bytes, shell=SHELL, ring_bytes=RING_BYTES
-    )
+    """An `MCPServer` offering run, start, output, stop and list_processes.
+
+    Each connection has a terminal of its own (``crow.servers.shared``): in the directory
+    its opener gave, else ``cwd``, with its own background processes, which end when the
+    connection closes.  Without ``cwd`` the server is Crow's shared one, and a connection
+    that brings no directory is refused.
+    """
+    shell, ring_bytes = SHELL, RING_BYTES
     timeout = f"{default_timeout_s:g} s"
 
     @asynccontextmanager
-    async def lifespan(_: MCPServer) -> AsyncIterator[dict[str, Any]]:
+    async def connect(scope: Path) -> AsyncIterator[Terminal]:
+        terminal = Terminal(
+            scope, default_timeout_s, max_output_bytes, shell=shell, ring_bytes=ring_bytes
+        )
         try:
-            yield {}
+            yield terminal
         finally:
             await shielded(terminal.shutdown())
 
     server: MCPServer = MCPServer(
         "terminal",
         instructions=(
-            f"Shell commands (/bin/sh) in {terminal.cwd}. Use run for commands that finish; "
-            f"use start, output and stop for servers and watchers. run times out after {timeout} "
-            "unless given timeout_s."
+            "Shell commands (/bin/sh) in the session's working directory. Use run for "
+            "commands that finish; use start, output and stop for servers and watchers. run "
+            f"times out after {timeout} unless given timeout_s."
         ),
-        lifespan=lifespan,
+        lifespan=scoped_lifespan(connect, name="terminal", default=cwd),
     )
 
     async def run(
@@ -136,35 +149,36 @@ def build_server(
         timeout of S s] or [terminated by signal N]. Processes the command leaves in the
         background are ended when it exits; use start for long-running processes.
         """
-        return await terminal.run(command, timeout_s, cwd, ctx)
+        return await _terminal(ctx).run(command, timeout_s, cwd, ctx)
 
-    async def start(command: CommandArg, cwd: CwdArg = None) -> CallToolResult:
+    async def start(command: CommandArg, ctx: Context, cwd: CwdArg = None) -> CallToolResult:
         """Start a shell command in the background (a dev server, a watcher) and return its id.
 
         Its output is kept (the last 1 MiB); read it with output, end it with stop.
         """
-        return await terminal.start(command, cwd)
+        return await _terminal(ctx).start(command, cwd)
 
     async def output(
         id: IdArg,
+        ctx: Context,
         since: Annotated[
             int,
             Field(ge=0, description=f"Byte offset to read from: the previous call's {NEXT}."),
         ] = 0,
     ) -> CallToolResult:
         """Read a background process's output from a byte offset, and whether it still runs."""
-        return terminal.output(id, since)
+        return _terminal(ctx).output(id, since)
 
-    async def stop(id: IdArg) -> CallToolResult:
+    async def stop(id: IdArg, ctx: Context) -> CallToolResult:
         """Stop a background process (SIGTERM, then SIGKILL after 2 s) with all it started.
 
         Returns the output not yet read and the final status.
         """
-        return await terminal.stop(id)
+        return await _terminal(ctx).stop(id)
 
-    async def list_processes() -> CallToolResult:
+    async def list_processes(ctx: Context) -> CallToolResult:
         """List the background processes: id, pid, status and command."""
-        return terminal.list_processes()
+        return _terminal(ctx).list_processes()
 
     run_doc = f"{inspect.cleandoc(run.__doc__ or '')}\n\nThe default timeout is {timeout}."
     tools: list[tuple[Any, str, str, str | None, dict[str, Any], bool, bool, bool]] = [
@@ -201,6 +215,11 @@ def build_server(
             meta=dict(meta),
         )
     return server
+
+
+def _terminal(ctx: Context) -> Terminal:
+    """The calling connection's terminal (made when it opened)."""
+    return connection_state(ctx, Terminal)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,12 @@
 Each server is owned by one task that opens the ``mcp`` client, lists its tools
 and keeps the connection until the hub closes (the SDK's clients must be closed
 by the task that opened them: ECOSYSTEM.md trap 6).  Built-in servers run
-in-process (no subprocess, no framing); configured and client-named ones over
-stdio or streamable HTTP.
+in-process (no subprocess, no framing), one of each kind shared by the process's
+sessions: the hub opens the session's own connection to it and gives it the
+session's scope as it opens (``crow.servers.shared``).  Its tools are listed once
+per process, so a session's connection opens at the first call of one of them (a
+session that never calls the terminal has no terminal).  Configured and
+client-named servers run over stdio or streamable HTTP, each started with the hub.
 
 A server that fails to start, times out, or dies mid-session is reported
 through ``on_event`` (the agent shows it to the user) and its tools are
@@ -29,8 +33,9 @@ import os
 import re
 import secrets
 import signal
+import weakref
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from contextlib import AsyncExitStack, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +43,7 @@ from crow.config import McpServerSpec
 from crow.extensions import SCOPE_ARGUMENT, TOOL_KIND
 from crow.runtime import children
 from crow.runtime.imports import import_off_loop
+from crow.servers.shared import Scoped, opening
 
 __all__ = ["MCP_SERVER_START_S", "ToolHub", "ToolInfo", "ToolResult", "ToolServerError"]
 
@@ -100,7 +106,7 @@ class ToolResult:
 @dataclass
 class _Server:
     name: str
-    target: Any  # an MCPServer, StdioServerParameters or URL
+    target: Any  # a Scoped built-in, an MCPServer, StdioServerParameters or URL
     timeout_s: float
     client: Any = None
     tools: list[ToolInfo] = field(default_factory=list)
@@ -118,6 +124,7 @@ class ToolHub:
     def __init__(self, *, on_event: EventSink) -> None:
         self.on_event = on_event
         self.servers: dict[str, _Server] = {}
+        self.closed = False  # aclose has begun: no connection opens any more
 
     # ---- starting and stopping --------------------------------------------------
     async def start(
@@ -161,7 +168,9 @@ class ToolHub:
                 label=label,
                 trusted=spec.trusted,
             )
-        await asyncio.gather(*(self._await_ready(s) for s in self.servers.values()))
+        await asyncio.gather(
+            *(self._await_ready(s) for s in self.servers.values() if s.task is not None)
+        )
 
     def _failed(self, name: str, error: str) -> None:
         """A server that could not even be launched (reported with the others)."""
@@ -184,7 +193,18 @@ class ToolHub:
             name=name, target=target, timeout_s=timeout_s, label=label, trusted=trusted
         )
         self.servers[name] = server
-        server.task = asyncio.create_task(self._own(server), name=f"mcp-{name}")
+        known = _known_tools(server)
+        if known is not None:  # a shared built-in listed before: connect at its first call
+            server.tools = known
+            return
+        self._connect(server)
+
+    def _connect(self, server: _Server) -> None:
+        if self.closed:  # a call racing the session's close: nothing may outlive the hub
+            server.error = "the session's tools have been stopped"
+            server.ready.set()
+        elif server.task is None:
+            server.task = asyncio.create_task(self._own(server), name=f"mcp-{server.name}")
 
     async def _await_ready(self, server: _Server) -> None:
         try:
@@ -193,7 +213,7 @@ class ToolHub:
         except TimeoutError:
             server.error = f"it did not start within {MCP_SERVER_START_S:.0f} s"
             server.stop.set()
-        if server.error is not None:
+        if server.error is not None and not server.dead:
             server.dead = True
             await self.on_event(
                 f"MCP server {server.name!r} failed to start: "
@@ -205,11 +225,19 @@ class ToolHub:
         """The one task that opens, holds and closes this server's client."""
         from mcp import Client  # the SDK: imported on first use (see the module)
 
+        target, scope, shared, mode = server.target, None, None, "auto"
+        if isinstance(target, Scoped):  # a shared built-in: this connection's scope
+            target = shared = server.target.server
+            scope = server.target.scope
+            mode = _in_process_mode()  # nothing to discover: it is Crow's own
         try:
-            async with Client(server.target, client_info=_client_info()) as client:
+            async with AsyncExitStack() as stack:
+                with opening(scope):  # read by the server's lifespan as it opens, and only then
+                    client = await stack.enter_async_context(
+                        Client(target, client_info=_client_info(), mode=mode)
+                    )
                 _adopt(server)
-                listed = await client.list_tools()
-                server.tools = [_tool_info(server, t) for t in listed.tools]
+                server.tools = await _list_tools(server, client, shared)
                 server.client = client
                 server.ready.set()
                 await server.stop.wait()
@@ -222,6 +250,7 @@ class ToolHub:
             _release(server)
 
     async def aclose(self) -> None:
+        self.closed = True
         for server in self.servers.values():
             server.stop.set()
         tasks = [s.task for s in self.servers.values() if s.task is not None]
@@ -253,6 +282,11 @@ class ToolHub:
         Raises ToolServerError if its server fails; the caller owns cancellation
         (cancelling this cancels the call on the server)."""
         server = self.servers[tool.server]
+        if server.task is None and not server.dead:  # a shared built-in's first call
+            self._connect(server)
+            await self._await_ready(server)
+        elif not server.ready.is_set():  # another call is connecting it
+            await self._await_ready(server)
         if server.dead or server.client is None:
             raise ToolServerError(f"MCP server {tool.server!r} is not running")
 
@@ -297,6 +331,37 @@ class ToolHub:
             f"({_describe(exc)}); its tools were withdrawn.",
             "error",
         )
+
+
+#: The tools of each shared built-in server, by the name the hub gives it: listed by its
+#: first connection, the same for every session's (its tools are fixed when it is made).
+_LISTED: weakref.WeakKeyDictionary[Any, dict[str, list[ToolInfo]]] = weakref.WeakKeyDictionary()
+
+
+def _known_tools(server: _Server) -> list[ToolInfo] | None:
+    """A shared built-in's tools if another session has listed them (else None)."""
+    if not isinstance(server.target, Scoped):
+        return None
+    tools = _LISTED.get(server.target.server, {}).get(server.name)
+    return None if tools is None else list(tools)
+
+
+async def _list_tools(server: _Server, client: Any, shared: Any) -> list[ToolInfo]:
+    """The server's tools; a shared server's are listed once and kept for all sessions."""
+    known = _LISTED.get(shared, {}) if shared is not None else {}
+    tools = known.get(server.name)
+    if tools is None:
+        listed = await client.list_tools()
+        tools = [_tool_info(server, t) for t in listed.tools]
+        if shared is not None:
+            _LISTED.setdefault(shared, {})[server.name] = tools
+    return list(tools)  # the hub's own list; the ToolInfos (frozen) are shared
+
+
+def _in_process_mode() -> str:
+    from mcp_types.version import LATEST_MODERN_VERSION  # the SDK: imported on first use
+
+    return LATEST_MODERN_VERSION
 
 
 def _adopt(server: _Server) -> None:
