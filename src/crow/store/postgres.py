@@ -36,7 +36,7 @@ import select
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from .backend import BUSY_TIMEOUT_MS, Store
@@ -46,9 +46,12 @@ from .records import PendingMessage, PendingUpdate, StoreError, database_errors
 from .sql import UPDATES_CHANNEL, Statements
 from .urls import redact_url
 
+if TYPE_CHECKING:
+    from .pg_loop import PostgresOnLoop
+
 log = logging.getLogger("crow.store")
 
-__all__ = ["PostgresConnection", "PostgresStore", "probe"]
+__all__ = ["LOCK_SESSION", "PostgresConnection", "PostgresStore", "hung_up", "probe", "seqs_of"]
 
 #: Seconds to open a connection to a PostgreSQL server.
 CONNECT_TIMEOUT_S = 10
@@ -140,13 +143,14 @@ class PostgresStore(Store):
             self.db.execute(_LOCK_SESSIONS, (sorted(set(sessions)),))
             added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
             self._record_states(batch)
-        counts = Counter(sessions)
-        following = {s: last - counts[s] + 1 for s, last, _ in added.fetchall()}
-        seqs = []
-        for session_id in sessions:
-            seqs.append(following[session_id])
-            following[session_id] += 1
-        return seqs
+        return seqs_of(sessions, added.fetchall())
+
+    def on_loop(self) -> PostgresOnLoop:
+        """The hot calls on the event loop, on a connection of their own: no hop to
+        the store's thread and back (crow.store.pg_loop)."""
+        from .pg_loop import PostgresOnLoop  # it imports this module
+
+        return PostgresOnLoop(self.url, self.sql)
 
     def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
         self._insert_message(session_id, message, kind)  # its seq unread: no wait for it
@@ -179,9 +183,35 @@ class PostgresStore(Store):
     def _lock_session(self, session_id: str) -> None:
         # Servers appending to one session wait for each other on its row: MAX(seq) + 1
         # is then never computed twice.
-        self.db.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+        self.db.execute(LOCK_SESSION, (session_id,))
 
 
+def seqs_of(sessions: list[str], added: list[tuple[Any, ...]]) -> list[int]:
+    """The seq of each update of a batch (``sessions``: each update's session, in
+    order), from ``_APPEND_ROWS``'s rows (each session's last seq)."""
+    counts = Counter(sessions)
+    following = {s: last - counts[s] + 1 for s, last, *_ in added}
+    seqs = []
+    for session_id in sessions:
+        seqs.append(following[session_id])
+        following[session_id] += 1
+    return seqs
+
+
+def hung_up(conn: Any) -> bool:
+    """Whether the server spoke on the idle connection ``conn`` (psycopg's, either
+    kind): it does so to hang up (a terminated backend, a restart: an error, then
+    the end); nothing else comes on a connection that does not LISTEN (a rare notice
+    only costs a reconnect).  No round trip."""
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):  # no socket any more
+        return True
+    return bool(readable)
+
+
+#: One session's row locked: servers appending to it wait for each other there.
+LOCK_SESSION = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
 #: Sessions' rows locked, in the order of their ids.
 _LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
 #: Updates (session ids, bodies: two arrays) numbered after each session's last
@@ -254,15 +284,7 @@ class PostgresConnection:
         return bool(self._lost_transaction or self.conn.closed or self.conn.broken)
 
     def _hung_up(self) -> bool:
-        """Whether the server spoke on the idle connection: it does so to hang up (a
-        terminated backend, a restart: an error, then the end); nothing else comes on a
-        connection that does not LISTEN (a rare notice only costs a reconnect).  No
-        round trip."""
-        try:
-            readable, _, _ = select.select([self.conn.pgconn.socket], [], [], 0)
-        except (OSError, ValueError):  # no socket any more
-            return True
-        return bool(readable)
+        return hung_up(self.conn)
 
     def _quiet_and_dead(self) -> bool:
         """After ``CHECK_AFTER_S`` unused, an empty query (psycopg_pool's
