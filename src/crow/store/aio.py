@@ -26,17 +26,6 @@ caller that has several updates at once (the deltas of one network read of a
 model's reply; a reply's message with the transcript entry it shows) logs them
 with ``append_updates``: one transaction, all or none.
 
-On PostgreSQL there is no file lock to wait for, only round trips, and the
-thread cost more than the round trips: each call's hop there and back, and under
-load the wait for the interpreter lock after each answer (a batch of ~30 appends
-took 1.3 ms alone, 6 ms beside a busy loop).  So a PostgreSQL store's calls go
-through a lane on the loop instead: one task takes them in the order they were
-made, the hot ones (appends, the lease, held prompts, the transcript) on the
-loop's own ``AsyncConnection`` (crow.store.pg_loop), the rest on the thread, one
-at a time: each call starts once the one before it has ended, as on the thread.
-Appends queued behind a call join one batch (one transaction) until another call
-is queued, as on the thread.
-
 Database failures surface as ``StoreUnavailable``, one error for the agent to
 handle.  A call that has started on the thread finishes even when its caller
 is cancelled: ``settled`` lets a caller wait for it anyway (an update that was
@@ -48,8 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -82,15 +70,6 @@ class _Batch:
         self.futures: list[asyncio.Future[int]] = []  # one per update
 
 
-class _Call:
-    """A call queued in the lane (PostgreSQL): ``start()`` runs it, ``future`` gets
-    its result."""
-
-    def __init__(self, start: Callable[[], Awaitable[Any]], future: asyncio.Future[Any]) -> None:
-        self.start = start
-        self.future = future
-
-
 #: Writes on the loop between two checkpoints of the WAL (run on the thread).
 CHECKPOINT_EVERY = 500
 #: Sessions whose last seq logged here ``AsyncStore.logged_here`` keeps.
@@ -119,10 +98,6 @@ class AsyncStore:
         self._logged: dict[str, int] = {}
         self._after_appends: list[Callable[[], None]] = []
         self._closed = False
-        # PostgreSQL: the calls run on the loop, in order, through the lane.
-        self._on_loop = store.on_loop()
-        self._lane: deque[_Batch | _Call] = deque()
-        self._lane_runner: asyncio.Task[None] | None = None
 
     @property
     def shared(self) -> bool:
@@ -139,9 +114,6 @@ class AsyncStore:
         if self._closed:
             raise StoreUnavailable("the session store is closed")
         call = functools.partial(_translated, fn, *args, **kwargs)
-        if self._on_loop is not None:
-            loop = asyncio.get_running_loop()
-            return self._in_lane(lambda: loop.run_in_executor(self._thread, call))
         with self._appends_lock:
             self._open_batch = None  # later appends come after this call
         future = asyncio.get_running_loop().run_in_executor(self._thread, call)
@@ -169,58 +141,7 @@ class AsyncStore:
         closing = self.submit(self.sync.close)
         self._closed = True
         await closing
-        if self._on_loop is not None:
-            await self._on_loop.aclose()
         self._thread.shutdown(wait=False)
-
-    # ---- the lane (PostgreSQL) ----------------------------------------------------
-    def _in_lane(self, start: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
-        """Queue a call in the lane: ``start()`` runs once every call before it ended."""
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._lane.append(_Call(start, future))
-        self._run_lane()
-        return future
-
-    def _on_loop_call(self, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any] | None:
-        """``method`` queued in the lane to run on the loop's connection, or None if
-        the loop does not run it (then it goes to the thread)."""
-        if self._on_loop is None:
-            return None
-        if self._closed:
-            raise StoreUnavailable("the session store is closed")
-        run = getattr(self._on_loop, method, None)
-        if run is None:
-            return None
-        return self._in_lane(lambda: run(*args, **kwargs))
-
-    def _run_lane(self) -> None:
-        if self._lane_runner is None or self._lane_runner.done():
-            self._lane_runner = asyncio.get_running_loop().create_task(
-                self._lane_calls(), name="crow-store-lane"
-            )
-
-    async def _lane_calls(self) -> None:
-        """Run the lane's calls, one after another, until it is empty."""
-        assert self._on_loop is not None
-        while self._lane:
-            item = self._lane.popleft()  # a batch taken: later appends start another
-            outcome: Any
-            try:
-                if isinstance(item, _Batch):
-                    outcome = await self._on_loop.append_updates(item.updates, item.transcript)
-                else:
-                    outcome = await item.start()
-            except database_errors() as exc:
-                outcome = StoreUnavailable(f"the session store failed: {exc}")
-            except Exception as exc:
-                outcome = exc
-            if isinstance(item, _Batch):
-                self._resolve(item, outcome)
-            elif not item.future.done():
-                if isinstance(outcome, BaseException):
-                    item.future.set_exception(outcome)
-                else:
-                    item.future.set_result(outcome)
 
     def _here(self, method: str, *args: Any, write: bool, **kwargs: Any) -> Any:
         """``Store.<method>`` on the loop's own connection, or ``ON_THREAD`` when it
@@ -258,9 +179,6 @@ class AsyncStore:
         rarely do), else on the thread.  On the loop, because the thread would
         fight the loop for the GIL row by row: a 10,000-update replay took
         0.1-0.5 s there and 25 ms here."""
-        queued = self._on_loop_call(method, *args, **kwargs)
-        if queued is not None:
-            return await queued
         result = self._here(method, *args, write=False, **kwargs)
         if result is ON_THREAD:
             result = await self.submit(getattr(self.sync, method), *args, **kwargs)
@@ -271,9 +189,6 @@ class AsyncStore:
         connection when it can (tens of microseconds in WAL mode, against a hop to
         the thread and back), else on the thread.  A future either way: the caller
         may need ``settled`` on it."""
-        queued = self._on_loop_call(method, *args, **kwargs)
-        if queued is not None:
-            return queued
         done = self._done_here(method, *args, **kwargs)
         if done is not None:
             return done
@@ -361,16 +276,6 @@ class AsyncStore:
             return [_failed(loop, StoreUnavailable("the session store is closed")) for _ in updates]
         futures = [loop.create_future() for _ in updates]
         self._queued += len(updates)
-        if self._on_loop is not None:
-            joined = self._lane[-1] if self._lane else None
-            if not isinstance(joined, _Batch):
-                joined = _Batch()
-                self._lane.append(joined)
-            joined.updates += updates
-            joined.transcript += transcript or ()
-            joined.futures += futures
-            self._run_lane()
-            return futures
         with self._appends_lock:
             batch, new = self._open_batch, self._open_batch is None
             if batch is None:
@@ -465,8 +370,7 @@ class AsyncStore:
         await self.submit(self.sync.drop_held, held_id, session_id)
 
     async def held_prompts(self, session_id: str, now: float) -> list[HeldRow]:
-        rows: list[HeldRow] = await self._read("held_prompts", session_id, now)
-        return rows
+        return await self.submit(self.sync.held_prompts, session_id, now)
 
     async def renew_held(self, owner: str, expires: float) -> int:
         return await self.submit(self.sync.renew_held, owner, expires)

@@ -26,7 +26,7 @@ import json
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Unpack
+from typing import Any, ClassVar, Protocol, Unpack
 
 from .listen import Heard
 from .records import (
@@ -51,9 +51,6 @@ from .sql import (
     UPDATES_CHANNEL,
     Statements,
 )
-
-if TYPE_CHECKING:
-    from .pg_loop import PostgresOnLoop
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -127,11 +124,6 @@ class Store(ABC):
     def loop_twin(self) -> Store | None:
         """A second connection to this store that never waits, for calls on the event
         loop (crow.store.aio), or None where a call cannot be that quick."""
-        return None
-
-    def on_loop(self) -> PostgresOnLoop | None:
-        """The calls that run on the event loop itself, over a connection of their
-        own (crow.store.pg_loop), or None where they run on the store's thread."""
         return None
 
     def is_busy(self, exc: BaseException) -> bool:

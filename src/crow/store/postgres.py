@@ -36,7 +36,7 @@ import select
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from .backend import BUSY_TIMEOUT_MS, Store
@@ -45,9 +45,6 @@ from .migrations import migrate_postgres
 from .records import PendingMessage, PendingUpdate, StoreError, database_errors
 from .sql import UPDATES_CHANNEL, Statements
 from .urls import redact_url
-
-if TYPE_CHECKING:
-    from .pg_loop import PostgresOnLoop
 
 log = logging.getLogger("crow.store")
 
@@ -144,13 +141,6 @@ class PostgresStore(Store):
             added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
             self._record_states(batch)
         return seqs_of(sessions, added.fetchall())
-
-    def on_loop(self) -> PostgresOnLoop:
-        """The hot calls on the event loop, on a connection of their own: no hop to
-        the store's thread and back (crow.store.pg_loop)."""
-        from .pg_loop import PostgresOnLoop  # it imports this module
-
-        return PostgresOnLoop(self.url, self.sql)
 
     def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
         self._insert_message(session_id, message, kind)  # its seq unread: no wait for it
