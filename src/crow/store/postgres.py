@@ -31,6 +31,7 @@ store is opened, never as Crow starts.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import select
 import time
@@ -126,20 +127,28 @@ class PostgresStore(Store):
     def append_updates(
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
     ) -> list[int]:
-        """``Store.append_updates`` in three statements whatever the batch holds, none
-        waiting for another's answer, in one pipelined transaction: one round trip.
-        The batch's sessions are locked (in one order: two servers' batches never
-        wait on each other in a circle); then one statement numbers each session's
-        rows from its last seq, inserts them and announces each session's last (its
-        snapshot is taken once the locks were granted, so the last seq it reads is
-        the last); then the state changes.  The seqs are read after the commit."""
+        """``Store.append_updates`` in at most four statements whatever the batch
+        holds, none waiting for another's answer, in one pipelined transaction: one
+        round trip.  The sessions it touches are locked (in one order: two servers'
+        batches never wait on each other in a circle); then one statement numbers
+        and inserts the transcript's entries; one numbers each session's updates
+        from its last seq, inserts them and announces each session's last (a
+        snapshot taken once the locks were granted: the last seq it reads is the
+        last); one sets what the updates change on their sessions.  The seqs are
+        read after the commit."""
         sessions, bodies = [s for s, *_ in batch], [body.decode() for _, body, *_ in batch]
+        locked = sorted({*sessions, *(s for s, _, _ in transcript or ())})
+        changes = _changes(batch)
         with self._transaction():
-            for session_id, message, kind in transcript or ():
-                self._add_message(session_id, message, kind)
-            self.db.execute(_LOCK_SESSIONS, (sorted(set(sessions)),))
+            self.db.execute(_LOCK_SESSIONS, (locked,))
+            if transcript:
+                entries = [[s for s, _, _ in transcript], [k for _, _, k in transcript]]
+                entries.append([json.dumps(message) for _, message, _ in transcript])
+                self.db.execute(_ADD_MESSAGES, tuple(entries))
             added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
-            self._record_states(batch)
+            if changes:
+                columns = zip(*changes, strict=True)
+                self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
         return seqs_of(sessions, added.fetchall())
 
     def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
@@ -176,6 +185,24 @@ class PostgresStore(Store):
         self.db.execute(LOCK_SESSION, (session_id,))
 
 
+def _changes(
+    batch: list[PendingUpdate],
+) -> list[tuple[str, str | None, str | None, bool, str | None]]:
+    """What a batch's updates set on their sessions, one row per session changed:
+    (id, state, stop reason, whether it went idle, updated-at), as ``Store``'s
+    one statement per update would leave it: the last state with its stop reason,
+    the lease released if any update was an idle, the last updated-at."""
+    changed: dict[str, tuple[str | None, str | None, bool, str | None]] = {}
+    for session_id, _, state, stop_reason, now in batch:
+        if state is None and now is None:
+            continue
+        last_state, last_reason, idle, stamp = changed.get(session_id, (None, None, False, None))
+        if state is not None:
+            last_state, last_reason, idle = state, stop_reason, idle or state == "idle"
+        changed[session_id] = (last_state, last_reason, idle, now if now is not None else stamp)
+    return [(session_id, *change) for session_id, change in changed.items()]
+
+
 def seqs_of(sessions: list[str], added: list[tuple[Any, ...]]) -> list[int]:
     """The seq of each update of a batch (``sessions``: each update's session, in
     order), from ``_APPEND_ROWS``'s rows (each session's last seq)."""
@@ -204,6 +231,33 @@ def hung_up(conn: Any) -> bool:
 LOCK_SESSION = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
 #: Sessions' rows locked, in the order of their ids.
 _LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+#: Transcript entries (session ids, kinds, JSON bodies: three arrays) numbered after
+#: each session's last entry, in their order, inserted.
+_ADD_MESSAGES = (
+    "WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+    " AS row(session_id, kind, body, n)),"
+    " last AS (SELECT one.session_id, (SELECT COALESCE(MAX(seq), 0) FROM transcript"
+    " WHERE transcript.session_id = one.session_id) AS seq"
+    " FROM (SELECT DISTINCT session_id FROM new) AS one)"
+    " INSERT INTO transcript (session_id, seq, kind, body) SELECT new.session_id,"
+    " last.seq + ROW_NUMBER() OVER (PARTITION BY new.session_id ORDER BY new.n), new.kind,"
+    " new.body FROM new JOIN last USING (session_id)"
+)
+#: What updates set on their sessions (``_changes``' rows, as five arrays): the state
+#: and stop reason where one is given, the lease released where it went idle, the
+#: updated-at where one is given (``Statements.set_idle``, ``set_state``,
+#: ``set_updated_at`` in one).
+_SET_STATES = (
+    "UPDATE sessions SET"
+    " state = CASE WHEN c.state IS NULL THEN sessions.state ELSE c.state END,"
+    " stop_reason = CASE WHEN c.state IS NULL THEN sessions.stop_reason ELSE c.stop_reason END,"
+    " owner = CASE WHEN c.idle THEN NULL ELSE sessions.owner END,"
+    " owner_pid = CASE WHEN c.idle THEN NULL ELSE sessions.owner_pid END,"
+    " lease_expires = CASE WHEN c.idle THEN NULL ELSE sessions.lease_expires END,"
+    " updated_at = COALESCE(c.now, sessions.updated_at)"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::boolean[], %s::text[])"
+    " AS c(id, state, stop_reason, idle, now) WHERE sessions.id = c.id"
+)
 #: Updates (session ids, bodies: two arrays) numbered after each session's last
 #: seq, in their order, inserted; each session's last announced and returned.
 _APPEND_ROWS = (
