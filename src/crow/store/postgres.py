@@ -10,19 +10,25 @@ cancel) is announced with ``pg_notify`` on listen.py's channels, in the
 transaction that makes it; and the connection comes back after it is lost.
 
 Where the time goes: every call runs on the store's one thread (crow.store.aio),
-and under load that thread is the limit, waiting on round trips, not the CPU of
-either end (profiled with 30 clients: the thread busy all the time, the server
-process at 50-65% of a core, PostgreSQL at 15-20%).  A prompt cost ~45 round
-trips: each append transaction was BEGIN, a lock and a read of the last seq per
-session, the inserts, a NOTIFY per update, COMMIT; and each of this server's own
-NOTIFYs, heard before its append came back, made it read the log again.  So a
-write transaction goes out pipelined (``PostgresConnection.transaction``: no
-statement waits for the one before; one round trip unless it reads midway), an
-append is three statements whatever it holds (``append_updates``), a session is
-announced once per transaction at its last seq, and a server does not read the
-log for its own announcements (crow.agent.cluster).  A prompt is now ~8 round
-trips (the lease, the held-prompt check, the transcript's new entries, one per
-append transaction).
+waiting on round trips.  A prompt once cost ~45 of them: each append transaction
+was BEGIN, a lock and a read of the last seq per session, the inserts, a NOTIFY
+per update, COMMIT; and each of this server's own NOTIFYs, heard before its append
+came back, made it read the log again.  So a write transaction goes out pipelined
+(``PostgresConnection.transaction``: no statement waits for the one before; one
+round trip unless it reads midway), a session is announced once per transaction at
+its last seq, and a server does not read the log for its own announcements
+(crow.agent.cluster).  A prompt is ~4 round trips: the lease, the held-prompt
+check, the transcript's new entries, and its share of an append transaction
+(appends queued together share one: ~30 updates of ~15 prompts under load).
+
+On a machine whose cores are busy the throughput follows the CPU a prompt costs,
+the server's and PostgreSQL's, and that followed the statements sent: so an append
+transaction is at most four whatever it holds (``append_updates``), not one per
+transcript entry and state change (a prompt's statements went from ~10 to ~5, its
+CPU from ~4.8 + 0.8 ms to ~4.2 + 0.7 ms, server + PostgreSQL).  Running the calls
+on the loop over psycopg's ``AsyncConnection`` was measured and not kept: each
+query cost more CPU there (asyncio's reader callbacks and futures against a
+blocking wait), and one call at a time waited a loop pass for its answer.
 
 psycopg is optional (the ``postgres`` extra): it is imported when a PostgreSQL
 store is opened, never as Crow starts.
