@@ -17,18 +17,20 @@ came back, made it read the log again.  So a write transaction goes out pipeline
 (``PostgresConnection.transaction``: no statement waits for the one before; one
 round trip unless it reads midway), a session is announced once per transaction at
 its last seq, and a server does not read the log for its own announcements
-(crow.agent.cluster).  A prompt is ~4 round trips: the lease, the held-prompt
-check, the transcript's new entries, and its share of an append transaction
-(appends queued together share one: ~30 updates of ~15 prompts under load).
+(crow.agent.cluster).  A prompt is ~3 round trips: the lease, the transcript's
+new entries, and its share of an append transaction (appends queued together
+share one: ~30 updates of ~15 prompts under load); the held-prompt check is read
+once while a session holds none (crow.agent.shared_queue).
 
 On a machine whose cores are busy the throughput follows the CPU a prompt costs,
 the server's and PostgreSQL's, and that followed the statements sent: so an append
 transaction is at most four whatever it holds (``append_updates``), not one per
-transcript entry and state change (a prompt's statements went from ~10 to ~5, its
-CPU from ~4.8 + 0.8 ms to ~4.2 + 0.7 ms, server + PostgreSQL).  Running the calls
-on the loop over psycopg's ``AsyncConnection`` was measured and not kept: each
-query cost more CPU there (asyncio's reader callbacks and futures against a
-blocking wait), and one call at a time waited a loop pass for its answer.
+transcript entry and state change.  A prompt's statements went from ~10 to ~5,
+its CPU from ~4.0-4.8 + 0.7-0.8 ms to ~3.8-4.2 + 0.6-0.7 ms (server + PostgreSQL;
+SQLite's server ~3.2), and the store's thread from busy ~70% of the time to ~30%.
+Running the calls on the loop over psycopg's ``AsyncConnection`` was measured and
+not kept: each query cost more CPU there (asyncio's reader callbacks and futures
+against a blocking wait), and one call at a time waited a loop pass for its answer.
 
 psycopg is optional (the ``postgres`` extra): it is imported when a PostgreSQL
 store is opened, never as Crow starts.
