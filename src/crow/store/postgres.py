@@ -159,9 +159,6 @@ class PostgresStore(Store):
                 self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
         return seqs_of(sessions, added.fetchall())
 
-    def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
-        self._insert_message(session_id, message, kind)  # its seq unread: no wait for it
-
     def _begin(self) -> None:
         self.db.begin()
 
