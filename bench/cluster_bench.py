@@ -2,6 +2,8 @@
 
     python bench/cluster_bench.py --pg-url postgresql://user@host/db
                                   [--clients 30] [--prompts 10] [--chunks 10]
+                                  [--only sqlite,pg1,pg2,pg3,proxy,delivery]
+                                  [--rounds N]
 
 (``--pg-url`` names a maintenance database: the bench makes a database of its own
 per setup and drops it.)  In one run, with a zero-latency model server in its own
@@ -21,6 +23,10 @@ process per server, the clients spread evenly, each client on its own session):
   SIGKILL, and a client of B resumes the session (B closes the dead owner's turn)
   and prompts it: the time from the kill to the resume's answer, and to that
   prompt's ``idle`` (B has served a turn before: no cold start counted).
+
+A shared machine's speed drifts: ``--rounds N`` runs the chosen setups N times in
+turn (``--only sqlite,pg1`` pairs one SQLite server with one PostgreSQL server,
+round by round) and prints each round's PostgreSQL/SQLite ratio and the medians.
 """
 
 from __future__ import annotations
@@ -151,65 +157,123 @@ async def failover_ms(
     return resumed_ms, answered_ms
 
 
+SETUPS: dict[str, tuple[str, int, bool, bool]] = {
+    "sqlite": ("1 server, SQLite", 1, False, False),
+    "pg1": ("1 server, PostgreSQL", 1, True, False),
+    "pg2": ("2 servers, PostgreSQL", 2, True, False),
+    "pg3": ("3 servers, PostgreSQL", 3, True, False),
+    "proxy": ("2 behind sticky proxy", 2, True, True),
+}
+
+
+def measure(setup: str, home: str, pg_url: str, clients: int, prompts: int) -> tuple[float, float]:
+    """One setup of ``SETUPS`` under load: (prompts/s, p99 ms), printed as it ends."""
+    name, count, on_pg, behind_proxy = SETUPS[setup]
+    with Database(pg_url) if on_pg else _nothing() as url:
+        running = servers(count, home, url)
+        urls = [u for _, u in running]
+        if behind_proxy:
+            proxy, proxy_url = proxied(urls)
+            running.append((proxy, proxy_url))
+            urls = [proxy_url]
+        try:
+            rate, p99 = load(urls, clients, prompts)
+            print(f"  {name:22} {rate:7.0f} prompts/s  p99 {p99:7.1f} ms", flush=True)
+        finally:
+            for process, _ in running:
+                stop(process)
+    return rate, p99
+
+
+def cluster_behaviour(pg_url: str) -> None:
+    """Cross-server delivery and failover, on two servers."""
+    with tempfile.TemporaryDirectory() as home, ScriptedModel() as scripted:
+        write_config(Path(home), scripted.base_url, extra="[tools]\nbuiltin = []\n")
+        with Database(pg_url) as url:
+            (a, url_a), (b, url_b) = servers(2, home, url)
+            try:
+                scripted.set_default(Text(text="pong"))
+                gaps = sorted(asyncio.run(delivery_ms(url_a, url_b, 50)))
+                print(
+                    f"  cross-server idle delivery: p50 {statistics.median(gaps):.1f} ms, "
+                    f"p90 {gaps[int(len(gaps) * 0.9)]:.1f} ms, max {gaps[-1]:.1f} ms",
+                    flush=True,
+                )
+                resumed, answered = asyncio.run(failover_ms(a, url_a, url_b, scripted))
+                print(
+                    f"  failover: kill -9 of the owner mid-turn -> resumed on B "
+                    f"{resumed:.0f} ms, -> B's prompt answered {answered:.0f} ms"
+                )
+            finally:
+                for process in (a, b):
+                    stop(process)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg-url", default=os.environ.get("CROW_TEST_PG_URL"), required=False)
     parser.add_argument("--clients", type=int, default=30)
     parser.add_argument("--prompts", type=int, default=10)
     parser.add_argument("--chunks", type=int, default=10)
+    parser.add_argument("--only", default=",".join([*SETUPS, "delivery"]))
+    parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     if not args.pg_url:
         parser.error("--pg-url (or CROW_TEST_PG_URL) is needed")
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - {*SETUPS, "delivery"})
+    if unknown:
+        parser.error(f"--only: unknown {', '.join(unknown)} (from {', '.join(SETUPS)}, delivery)")
     model, base_url = start_model(args.chunks)
     print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
+    results: dict[str, list[tuple[float, float]]] = {s: [] for s in chosen if s in SETUPS}
     try:
         with tempfile.TemporaryDirectory() as home:
             token = uuid.uuid4().hex  # one for every server: a proxy fronts two
             extra = f'[tools]\nbuiltin = []\n\n[server]\ntoken = "{token}"\n'
             write_config(Path(home), base_url, extra=extra)
-            setups: list[tuple[str, int, bool, bool]] = [
-                ("1 server, SQLite", 1, False, False),
-                ("1 server, PostgreSQL", 1, True, False),
-                ("2 servers, PostgreSQL", 2, True, False),
-                ("3 servers, PostgreSQL", 3, True, False),
-                ("2 behind sticky proxy", 2, True, True),
-            ]
-            for name, count, on_pg, behind_proxy in setups:
-                with Database(args.pg_url) if on_pg else _nothing() as url:
-                    running = servers(count, home, url)
-                    urls = [u for _, u in running]
-                    if behind_proxy:
-                        proxy, proxy_url = proxied(urls)
-                        running.append((proxy, proxy_url))
-                        urls = [proxy_url]
-                    try:
-                        rate, p99 = load(urls, args.clients, args.prompts)
-                        print(f"  {name:22} {rate:7.0f} prompts/s  p99 {p99:7.1f} ms", flush=True)
-                    finally:
-                        for process, _ in running:
-                            stop(process)
-        with tempfile.TemporaryDirectory() as home, ScriptedModel() as scripted:
-            write_config(Path(home), scripted.base_url, extra="[tools]\nbuiltin = []\n")
-            with Database(args.pg_url) as url:
-                (a, url_a), (b, url_b) = servers(2, home, url)
-                try:
-                    scripted.set_default(Text(text="pong"))
-                    gaps = sorted(asyncio.run(delivery_ms(url_a, url_b, 50)))
+            for round_no in range(args.rounds):
+                if args.rounds > 1:
+                    print(f" round {round_no + 1}", flush=True)
+                for setup in results:
+                    results[setup].append(
+                        measure(setup, home, args.pg_url, args.clients, args.prompts)
+                    )
+                if "sqlite" in results and "pg1" in results:
+                    (sq_rate, sq_p99), (pg_rate, pg_p99) = results["sqlite"][-1], results["pg1"][-1]
                     print(
-                        f"  cross-server idle delivery: p50 {statistics.median(gaps):.1f} ms, "
-                        f"p90 {gaps[int(len(gaps) * 0.9)]:.1f} ms, max {gaps[-1]:.1f} ms",
+                        f"  PostgreSQL/SQLite: {pg_rate / sq_rate:.2f}x prompts/s, "
+                        f"p99 {pg_p99 / sq_p99:.2f}x",
                         flush=True,
                     )
-                    resumed, answered = asyncio.run(failover_ms(a, url_a, url_b, scripted))
-                    print(
-                        f"  failover: kill -9 of the owner mid-turn -> resumed on B "
-                        f"{resumed:.0f} ms, -> B's prompt answered {answered:.0f} ms"
-                    )
-                finally:
-                    for process in (a, b):
-                        stop(process)
+        if args.rounds > 1:
+            summarise(results)
+        if "delivery" in chosen:
+            cluster_behaviour(args.pg_url)
     finally:
         stop(model)
+
+
+def summarise(results: dict[str, list[tuple[float, float]]]) -> None:
+    """Medians and ranges over the rounds (and of the rounds' paired ratios)."""
+    print(" medians over the rounds (range):")
+    for setup, runs in results.items():
+        rates, p99s = [r for r, _ in runs], [p for _, p in runs]
+        print(
+            f"  {SETUPS[setup][0]:22} {statistics.median(rates):7.0f} prompts/s "
+            f"({min(rates):.0f}-{max(rates):.0f})  p99 {statistics.median(p99s):7.1f} ms "
+            f"({min(p99s):.0f}-{max(p99s):.0f})"
+        )
+    if "sqlite" in results and "pg1" in results:
+        pairs = list(zip(results["sqlite"], results["pg1"], strict=True))
+        rate_ratios = [pg[0] / sq[0] for sq, pg in pairs]
+        p99_ratios = [pg[1] / sq[1] for sq, pg in pairs]
+        print(
+            f"  PostgreSQL/SQLite prompts/s {statistics.median(rate_ratios):.2f}x "
+            f"({min(rate_ratios):.2f}-{max(rate_ratios):.2f}), "
+            f"p99 {statistics.median(p99_ratios):.2f}x "
+            f"({min(p99_ratios):.2f}-{max(p99_ratios):.2f})"
+        )
 
 
 class _nothing:

@@ -72,6 +72,7 @@ class Cluster:
                 cancel=self._heard_cancel,
                 question=self.questions.heard,
                 held=self._heard_held,
+                listening=self._listening,
             )
         )
         self._listener = asyncio.create_task(heard, name="store-listener")
@@ -109,9 +110,15 @@ class Cluster:
         if not self.store.after_appends(lambda: self._heard(session_id, seq)):
             self._catch_up(session)
 
+    def _listening(self, live: bool) -> None:
+        if self.queue is not None:
+            self.queue.listening(live)
+
     def _heard_held(self, session_id: str) -> None:
         """The session's held prompts changed somewhere: show them, and insert ours if
         it is now our turn."""
+        if self.queue is not None:
+            self.queue.heard(session_id)
         session = self.host.live.get(session_id)
         if session is not None:
             self.host.show_queue(session)

@@ -39,7 +39,7 @@ from .records import (
     TranscriptEntry,
     decode_cursor,
     encode_cursor,
-    loads,
+    entries,
     pending,
     record,
 )
@@ -52,7 +52,14 @@ from .sql import (
     Statements,
 )
 
-__all__ = ["BUSY_TIMEOUT_MS", "LIST_PAGE_SIZE", "STATE_UPDATE_PREFIX", "Connection", "Store"]
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "LIST_PAGE_SIZE",
+    "STATE_UPDATE_PREFIX",
+    "Connection",
+    "Store",
+    "state_statement",
+]
 
 #: How long a call waits for another process's lock before failing (SQLite's busy
 #: timeout, PostgreSQL's lock_timeout): bounded, so a stuck lock ends a turn with a
@@ -302,11 +309,9 @@ class Store(ABC):
         self, session_id: str, state: str | None, stop_reason: str | None, now: str | None
     ) -> None:
         """What a logged update sets on its session, in one statement."""
-        if state is not None:
-            statement = self.sql.set_idle if state == "idle" else self.sql.set_state
-            self.db.execute(statement, (state, stop_reason, now, session_id))
-        elif now is not None:
-            self.db.execute(self.sql.set_updated_at, (now, session_id))
+        statement = state_statement(self.sql, session_id, state, stop_reason, now)
+        if statement is not None:
+            self.db.execute(*statement)
 
     def updates(self, session_id: str, *, after: int = 0) -> Iterator[tuple[int, bytes]]:
         """The logged updates with seq > ``after``, in order."""
@@ -431,15 +436,26 @@ class Store(ABC):
 
     def transcript(self, session_id: str) -> list[TranscriptEntry]:
         """What the model sees: the latest summary (if any) and every message after it."""
-        rows = self.db.execute(self.sql.transcript, (session_id, session_id)).fetchall()
-        return [TranscriptEntry(seq=r[0], kind=r[1], message=loads(r[2])) for r in rows]
+        return entries(self.db.execute(self.sql.transcript, (session_id, session_id)).fetchall())
 
     def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
         """The transcript's entries after seq ``after``, summaries included."""
-        rows = self.db.execute(self.sql.transcript_after, (session_id, after)).fetchall()
-        return [TranscriptEntry(seq=r[0], kind=r[1], message=loads(r[2])) for r in rows]
+        return entries(self.db.execute(self.sql.transcript_after, (session_id, after)).fetchall())
 
     def transcript_rows(self, session_id: str) -> list[tuple[str, str]]:
         """Every transcript entry as stored, (kind, JSON body), in order: to copy them."""
         rows = self.db.execute(self.sql.transcript_rows, (session_id,)).fetchall()
         return [(kind, body) for kind, body in rows]
+
+
+def state_statement(
+    sql: Statements, session_id: str, state: str | None, stop_reason: str | None, now: str | None
+) -> tuple[str, tuple[Any, ...]] | None:
+    """The statement (and its parameters) that sets what a logged update changes on
+    its session, or None when it changes nothing."""
+    if state is not None:
+        statement = sql.set_idle if state == "idle" else sql.set_state
+        return statement, (state, stop_reason, now, session_id)
+    if now is not None:
+        return sql.set_updated_at, (now, session_id)
+    return None

@@ -14,7 +14,9 @@ turn a client of another server cancelled: the server running it cancels it;
 ``questions`` table holds it: a client of any server may answer); ``crow_held`` a
 session whose held prompts changed (crow.agent.shared_queue).  A
 dropped connection is reopened (after a pause); the catch-up after it reads
-whatever was logged meanwhile.
+whatever was logged meanwhile.  ``listening`` says when the LISTENs are in place
+and when they are not: only while they are may a server trust that no news is no
+change (crow.agent.shared_queue keeps a session with no held prompt so).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Heard(NamedTuple):
     cancel: Callable[[str], None]
     question: Callable[[str], None]
     held: Callable[[str], None]
+    #: Called with True once every channel is listened to, and with False when that
+    #: ends (a lost connection, cancelled); None: nobody asks.
+    listening: Callable[[bool], None] | None = None
 
 
 async def follow_updates(
@@ -52,13 +57,20 @@ async def follow_updates(
     on_cancel: Callable[[str], None],
     on_question: Callable[[str], None],
     on_held: Callable[[str], None],
+    on_listening: Callable[[bool], None] | None = None,
 ) -> None:
     """Call ``on_update(session_id, seq)`` for every update logged, by any server,
     until cancelled; ``on_reconnect()`` after a lost connection is back;
     ``on_cancel(session_id)`` when a client of any server cancels that session's turn;
     ``on_question(question_id)`` when a permission question is filed, answered or closed;
-    ``on_held(session_id)`` when the session's held prompts changed."""
+    ``on_held(session_id)`` when the session's held prompts changed;
+    ``on_listening(True)`` once all of that is heard, ``on_listening(False)`` when
+    it no longer is."""
     import psycopg  # optional (the postgres extra): only a shared store listens
+
+    def listening(live: bool) -> None:
+        if on_listening is not None:
+            on_listening(live)
 
     first = True
     while True:
@@ -68,6 +80,7 @@ async def follow_updates(
                 await conn.execute(f"LISTEN {CANCELS_CHANNEL}")
                 await conn.execute(f"LISTEN {QUESTIONS_CHANNEL}")
                 await conn.execute(f"LISTEN {HELD_CHANNEL}")
+                listening(True)
                 if not first:
                     on_reconnect()  # what was announced while we were away
                 first = False
@@ -85,7 +98,13 @@ async def follow_updates(
                     if seq.isdigit():
                         on_update(session_id, int(seq))
         except psycopg.Error as exc:
+            listening(False)
             log.warning(
                 "listening to %s failed (%s); again in %.0f s", redact_url(url), exc, RECONNECT_S
             )
             await asyncio.sleep(RECONNECT_S)
+        except BaseException:
+            listening(False)  # cancelled, or a failure that ends the following
+            raise
+        else:
+            listening(False)  # the notices ended: listened to again at once

@@ -10,19 +10,27 @@ cancel) is announced with ``pg_notify`` on listen.py's channels, in the
 transaction that makes it; and the connection comes back after it is lost.
 
 Where the time goes: every call runs on the store's one thread (crow.store.aio),
-and under load that thread is the limit, waiting on round trips, not the CPU of
-either end (profiled with 30 clients: the thread busy all the time, the server
-process at 50-65% of a core, PostgreSQL at 15-20%).  A prompt cost ~45 round
-trips: each append transaction was BEGIN, a lock and a read of the last seq per
-session, the inserts, a NOTIFY per update, COMMIT; and each of this server's own
-NOTIFYs, heard before its append came back, made it read the log again.  So a
-write transaction goes out pipelined (``PostgresConnection.transaction``: no
-statement waits for the one before; one round trip unless it reads midway), an
-append is three statements whatever it holds (``append_updates``), a session is
-announced once per transaction at its last seq, and a server does not read the
-log for its own announcements (crow.agent.cluster).  A prompt is now ~8 round
-trips (the lease, the held-prompt check, the transcript's new entries, one per
-append transaction).
+waiting on round trips.  A prompt once cost ~45 of them: each append transaction
+was BEGIN, a lock and a read of the last seq per session, the inserts, a NOTIFY
+per update, COMMIT; and each of this server's own NOTIFYs, heard before its append
+came back, made it read the log again.  So a write transaction goes out pipelined
+(``PostgresConnection.transaction``: no statement waits for the one before; one
+round trip unless it reads midway), a session is announced once per transaction at
+its last seq, and a server does not read the log for its own announcements
+(crow.agent.cluster).  A prompt is ~3 round trips: the lease, the transcript's
+new entries, and its share of an append transaction (appends queued together
+share one: ~30 updates of ~15 prompts under load); the held-prompt check is read
+once while a session holds none (crow.agent.shared_queue).
+
+On a machine whose cores are busy the throughput follows the CPU a prompt costs,
+the server's and PostgreSQL's, and that followed the statements sent: so an append
+transaction is at most four whatever it holds (``append_updates``), not one per
+transcript entry and state change.  A prompt's statements went from ~10 to ~5,
+its CPU from ~4.0-4.8 + 0.7-0.8 ms to ~3.8-4.2 + 0.6-0.7 ms (server + PostgreSQL;
+SQLite's server ~3.2), and the store's thread from busy ~70% of the time to ~30%.
+Running the calls on the loop over psycopg's ``AsyncConnection`` was measured and
+not kept: each query cost more CPU there (asyncio's reader callbacks and futures
+against a blocking wait), and one call at a time waited a loop pass for its answer.
 
 psycopg is optional (the ``postgres`` extra): it is imported when a PostgreSQL
 store is opened, never as Crow starts.
@@ -31,6 +39,7 @@ store is opened, never as Crow starts.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import select
 import time
@@ -48,7 +57,7 @@ from .urls import redact_url
 
 log = logging.getLogger("crow.store")
 
-__all__ = ["PostgresConnection", "PostgresStore", "probe"]
+__all__ = ["LOCK_SESSION", "PostgresConnection", "PostgresStore", "hung_up", "probe", "seqs_of"]
 
 #: Seconds to open a connection to a PostgreSQL server.
 CONNECT_TIMEOUT_S = 10
@@ -126,30 +135,29 @@ class PostgresStore(Store):
     def append_updates(
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
     ) -> list[int]:
-        """``Store.append_updates`` in three statements whatever the batch holds, none
-        waiting for another's answer, in one pipelined transaction: one round trip.
-        The batch's sessions are locked (in one order: two servers' batches never
-        wait on each other in a circle); then one statement numbers each session's
-        rows from its last seq, inserts them and announces each session's last (its
-        snapshot is taken once the locks were granted, so the last seq it reads is
-        the last); then the state changes.  The seqs are read after the commit."""
+        """``Store.append_updates`` in at most four statements whatever the batch
+        holds, none waiting for another's answer, in one pipelined transaction: one
+        round trip.  The sessions it touches are locked (in one order: two servers'
+        batches never wait on each other in a circle); then one statement numbers
+        and inserts the transcript's entries; one numbers each session's updates
+        from its last seq, inserts them and announces each session's last (a
+        snapshot taken once the locks were granted: the last seq it reads is the
+        last); one sets what the updates change on their sessions.  The seqs are
+        read after the commit."""
         sessions, bodies = [s for s, *_ in batch], [body.decode() for _, body, *_ in batch]
+        locked = sorted({*sessions, *(s for s, _, _ in transcript or ())})
+        changes = _changes(batch)
         with self._transaction():
-            for session_id, message, kind in transcript or ():
-                self._add_message(session_id, message, kind)
-            self.db.execute(_LOCK_SESSIONS, (sorted(set(sessions)),))
+            self.db.execute(_LOCK_SESSIONS, (locked,))
+            if transcript:
+                entries = [[s for s, _, _ in transcript], [k for _, _, k in transcript]]
+                entries.append([json.dumps(message) for _, message, _ in transcript])
+                self.db.execute(_ADD_MESSAGES, tuple(entries))
             added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
-            self._record_states(batch)
-        counts = Counter(sessions)
-        following = {s: last - counts[s] + 1 for s, last, _ in added.fetchall()}
-        seqs = []
-        for session_id in sessions:
-            seqs.append(following[session_id])
-            following[session_id] += 1
-        return seqs
-
-    def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
-        self._insert_message(session_id, message, kind)  # its seq unread: no wait for it
+            if changes:
+                columns = zip(*changes, strict=True)
+                self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
+        return seqs_of(sessions, added.fetchall())
 
     def _begin(self) -> None:
         self.db.begin()
@@ -179,11 +187,82 @@ class PostgresStore(Store):
     def _lock_session(self, session_id: str) -> None:
         # Servers appending to one session wait for each other on its row: MAX(seq) + 1
         # is then never computed twice.
-        self.db.execute("SELECT 1 FROM sessions WHERE id = %s FOR UPDATE", (session_id,))
+        self.db.execute(LOCK_SESSION, (session_id,))
 
 
+def _changes(
+    batch: list[PendingUpdate],
+) -> list[tuple[str, str | None, str | None, bool, str | None]]:
+    """What a batch's updates set on their sessions, one row per session changed:
+    (id, state, stop reason, whether it went idle, updated-at), as ``Store``'s
+    one statement per update would leave it: the last state with its stop reason,
+    the lease released if any update was an idle, the last updated-at."""
+    changed: dict[str, tuple[str | None, str | None, bool, str | None]] = {}
+    for session_id, _, state, stop_reason, now in batch:
+        if state is None and now is None:
+            continue
+        last_state, last_reason, idle, stamp = changed.get(session_id, (None, None, False, None))
+        if state is not None:
+            last_state, last_reason, idle = state, stop_reason, idle or state == "idle"
+        changed[session_id] = (last_state, last_reason, idle, now if now is not None else stamp)
+    return [(session_id, *change) for session_id, change in changed.items()]
+
+
+def seqs_of(sessions: list[str], added: list[tuple[Any, ...]]) -> list[int]:
+    """The seq of each update of a batch (``sessions``: each update's session, in
+    order), from ``_APPEND_ROWS``'s rows (each session's last seq)."""
+    counts = Counter(sessions)
+    following = {s: last - counts[s] + 1 for s, last, *_ in added}
+    seqs = []
+    for session_id in sessions:
+        seqs.append(following[session_id])
+        following[session_id] += 1
+    return seqs
+
+
+def hung_up(conn: Any) -> bool:
+    """Whether the server spoke on the idle connection ``conn`` (psycopg's, either
+    kind): it does so to hang up (a terminated backend, a restart: an error, then
+    the end); nothing else comes on a connection that does not LISTEN (a rare notice
+    only costs a reconnect).  No round trip."""
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):  # no socket any more
+        return True
+    return bool(readable)
+
+
+#: One session's row locked: servers appending to it wait for each other there.
+LOCK_SESSION = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
 #: Sessions' rows locked, in the order of their ids.
 _LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+#: Transcript entries (session ids, kinds, JSON bodies: three arrays) numbered after
+#: each session's last entry, in their order, inserted.
+_ADD_MESSAGES = (
+    "WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+    " AS row(session_id, kind, body, n)),"
+    " last AS (SELECT one.session_id, (SELECT COALESCE(MAX(seq), 0) FROM transcript"
+    " WHERE transcript.session_id = one.session_id) AS seq"
+    " FROM (SELECT DISTINCT session_id FROM new) AS one)"
+    " INSERT INTO transcript (session_id, seq, kind, body) SELECT new.session_id,"
+    " last.seq + ROW_NUMBER() OVER (PARTITION BY new.session_id ORDER BY new.n), new.kind,"
+    " new.body FROM new JOIN last USING (session_id)"
+)
+#: What updates set on their sessions (``_changes``' rows, as five arrays): the state
+#: and stop reason where one is given, the lease released where it went idle, the
+#: updated-at where one is given (``Statements.set_idle``, ``set_state``,
+#: ``set_updated_at`` in one).
+_SET_STATES = (
+    "UPDATE sessions SET"
+    " state = CASE WHEN c.state IS NULL THEN sessions.state ELSE c.state END,"
+    " stop_reason = CASE WHEN c.state IS NULL THEN sessions.stop_reason ELSE c.stop_reason END,"
+    " owner = CASE WHEN c.idle THEN NULL ELSE sessions.owner END,"
+    " owner_pid = CASE WHEN c.idle THEN NULL ELSE sessions.owner_pid END,"
+    " lease_expires = CASE WHEN c.idle THEN NULL ELSE sessions.lease_expires END,"
+    " updated_at = COALESCE(c.now, sessions.updated_at)"
+    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::boolean[], %s::text[])"
+    " AS c(id, state, stop_reason, idle, now) WHERE sessions.id = c.id"
+)
 #: Updates (session ids, bodies: two arrays) numbered after each session's last
 #: seq, in their order, inserted; each session's last announced and returned.
 _APPEND_ROWS = (
@@ -254,15 +333,7 @@ class PostgresConnection:
         return bool(self._lost_transaction or self.conn.closed or self.conn.broken)
 
     def _hung_up(self) -> bool:
-        """Whether the server spoke on the idle connection: it does so to hang up (a
-        terminated backend, a restart: an error, then the end); nothing else comes on a
-        connection that does not LISTEN (a rare notice only costs a reconnect).  No
-        round trip."""
-        try:
-            readable, _, _ = select.select([self.conn.pgconn.socket], [], [], 0)
-        except (OSError, ValueError):  # no socket any more
-            return True
-        return bool(readable)
+        return hung_up(self.conn)
 
     def _quiet_and_dead(self) -> bool:
         """After ``CHECK_AFTER_S`` unused, an empty query (psycopg_pool's

@@ -26,6 +26,7 @@ __all__ = [
     "database_errors",
     "decode_cursor",
     "encode_cursor",
+    "entries",
     "loads",
     "pending",
     "record",
@@ -124,6 +125,11 @@ def loads(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+
+
+def entries(rows: list[tuple[Any, ...]]) -> list[TranscriptEntry]:
+    """Transcript entries from their rows (seq, kind, JSON body)."""
+    return [TranscriptEntry(seq=r[0], kind=r[1], message=loads(r[2])) for r in rows]
 
 
 def encode_cursor(last: SessionRecord) -> str:

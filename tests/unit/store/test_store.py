@@ -83,6 +83,44 @@ def test_a_batch_gives_each_session_its_own_consecutive_seqs(store):
     assert (b.state, b.updated_at) == ("running", "t0")
 
 
+def test_a_batch_leaves_each_session_as_its_updates_one_by_one_would(store):
+    """Several sessions' state changes in one batch (PostgreSQL sets them in one
+    statement): the last state and its stop reason, the lease released by an idle
+    even when a later update of the batch sets another state, the last updated-at;
+    a session the batch only logs to keeps its own; transcript entries of several
+    sessions are numbered per session."""
+    for sid in ("a", "b", "c", "d"):
+        store.create_session(session_id=sid, cwd="/p", now="t0")
+        assert store.acquire_turn(sid, owner="h:1:1", pid=1, expires=1e12)
+    store.append_message("b", {"role": "user", "content": "before"})
+    batch = [
+        ("a", b"{}", "running", None, None),
+        ("b", b"{}", None, None, "t1"),
+        ("a", b"{}", "idle", "end_turn", "t2"),
+        ("c", b"{}", "idle", "cancelled", "t3"),
+        ("b", b"{}", "awaiting", None, None),
+        ("c", b"{}", "running", None, None),
+        ("d", b"{}", None, None, None),
+        ("a", b"{}", None, None, "t4"),
+    ]
+    messages = [({"role": "assistant", "content": f"m{i}"}) for i in range(3)]
+    transcript = [("b", messages[0], "message"), ("a", messages[1], "message")]
+    transcript.append(("b", messages[2], "summary"))
+    assert store.append_updates(batch, transcript) == [1, 1, 2, 1, 2, 2, 1, 3]
+    a, b, c, d = (store.get_session(sid) for sid in "abcd")
+    assert (a.state, a.stop_reason, a.updated_at, a.owner) == ("idle", "end_turn", "t4", None)
+    assert (b.state, b.stop_reason, b.updated_at, b.owner) == ("awaiting", None, "t1", "h:1:1")
+    assert (c.state, c.stop_reason, c.updated_at, c.owner) == ("running", None, "t3", None)
+    assert (c.owner_pid, c.lease_expires) == (None, None)
+    assert (d.state, d.updated_at, d.owner) == ("idle", "t0", "h:1:1")
+    assert [(e.seq, e.kind, e.message) for e in store.transcript_after("b", 0)] == [
+        (1, "message", {"role": "user", "content": "before"}),
+        (2, "message", messages[0]),
+        (3, "summary", messages[2]),
+    ]
+    assert [(e.seq, e.message) for e in store.transcript_after("a", 0)] == [(1, messages[1])]
+
+
 def test_updates_and_transcript_entries_are_saved_together_or_not_at_all(store):
     store.create_session(session_id="s", cwd="/p", now="t0")
     reply = {"role": "assistant", "content": "hi"}
