@@ -9,6 +9,7 @@ what is said in crow.agent.service.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 import orjson
@@ -66,21 +67,25 @@ class SessionMethods:
         config: dict[str, Any] = {"model": self.host.config.chain[0]}
         if verify:
             config.update(verify=verify, judgedSeq=0)
+        announce = commands.available_commands_update()
+        body = orjson.dumps(announce)
         record = await self.host.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
             now=now(),
             additional_directories=dirs,
             config=config,
+            updates=[body],  # its log's seq 1, stored with it (one transaction)
         )
         session = self.host.activate(record)
+        session.delivered = 1
         session.watchers.add(watcher)
         self.opened.setdefault(watcher, set()).add(session.id)
         self.start_tools(session, servers, dirs, watcher)
         await verdicts.judge_if_verified(self.host, session)
-        self.host.spawn(
-            session.emit(commands.available_commands_update()), name="announce-commands"
-        )
+        # To its client once the response has gone (the reply is sent in this task's
+        # step); whoever attaches sooner (a judge) replays it from the log.
+        asyncio.get_running_loop().call_soon(watcher.deliver, session.id, 1, announce, body)
         response = schema.NewSessionResponse(
             session_id=record.id,
             config_options=self.host.config_options(session),
@@ -252,6 +257,8 @@ class SessionMethods:
         """``[server] max_sessions_per_connection``: a connection at it opens no more."""
         limit = self.host.config.server.max_sessions_per_connection
         ids = self.opened.get(watcher, set())
+        if len(ids) < limit:
+            return  # (it holds those it closed since, too: only a full one is looked at)
         live = self.host.live
         ids &= {i for i in ids if (s := live.get(i)) is not None and watcher in s.watchers}
         if len(ids) >= limit:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -97,6 +97,8 @@ class AsyncStore:
         # (at most LOGGED_KEPT sessions, the latest): see ``logged_here``.
         self._logged: dict[str, int] = {}
         self._after_appends: list[Callable[[], None]] = []
+        # The sessions to create at the end of this loop pass, together, with their futures.
+        self._creating: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]] | None = None
         self._closed = False
 
     @property
@@ -202,7 +204,50 @@ class AsyncStore:
 
     # ---- sessions ---------------------------------------------------------------
     async def create_session(self, **fields: Any) -> SessionRecord:
-        return await self.submit(self.sync.create_session, **fields)
+        """``Store.create_session``.  The sessions asked for in one pass of the loop
+        (several clients opening sessions at once) are created together, in one
+        transaction, on the loop's connection when it can (like an append: a hop to
+        the thread and a commit each cost more than an insert)."""
+        loop = asyncio.get_running_loop()
+        if self._creating is None:
+            self._creating = []
+            loop.call_soon(self._create_sessions)
+        created: asyncio.Future[SessionRecord] = loop.create_future()
+        self._creating.append((fields, created))
+        return await created
+
+    def _create_sessions(self) -> None:
+        asked, self._creating = self._creating or [], None
+        sessions = [fields for fields, _ in asked]
+        try:
+            if self._closed:
+                raise StoreUnavailable("the session store is closed")
+            made = self._here("create_sessions", sessions, write=True)
+        except Exception as exc:  # StoreUnavailable, or a bug: either way, say it to each
+            self._created(asked, exc)
+            return
+        if made is not ON_THREAD:
+            self._created(asked, made)
+            return
+        on_thread = self.submit(self.sync.create_sessions, sessions)
+        on_thread.add_done_callback(
+            lambda done: self._created(asked, done.exception() or done.result())
+        )
+
+    def _created(
+        self,
+        asked: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]],
+        outcome: list[SessionRecord] | BaseException,
+    ) -> None:
+        for index, (fields, future) in enumerate(asked):
+            if isinstance(outcome, BaseException):
+                if not future.done():
+                    future.set_exception(outcome)
+                continue
+            if self.shared and fields.get("updates"):  # its own announcement: none to read
+                self._note_logged([(outcome[index].id, len(fields["updates"]))])
+            if not future.done():
+                future.set_result(outcome[index])
 
     async def get_session(
         self, session_id: str, *, include_deleted: bool = False
@@ -305,15 +350,22 @@ class AsyncStore:
     def _resolve(self, batch: _Batch, outcome: list[int] | BaseException) -> None:
         self._queued -= len(batch.futures)
         if self.shared and not isinstance(outcome, BaseException):
-            for (session_id, *_), seq in zip(batch.updates, outcome, strict=True):
-                self._logged.pop(session_id, None)  # the latest go last
-                self._logged[session_id] = seq
-            while len(self._logged) > LOGGED_KEPT:
-                del self._logged[next(iter(self._logged))]
+            self._note_logged(
+                (session_id, seq)
+                for (session_id, *_), seq in zip(batch.updates, outcome, strict=True)
+            )
         _resolve(batch.futures, outcome)
         waiting, self._after_appends = self._after_appends, []
         for then in waiting:
             then()
+
+    def _note_logged(self, logged: Iterable[tuple[str, int]]) -> None:
+        """Keep the last seq logged here of each session (``logged_here``)."""
+        for session_id, seq in logged:
+            self._logged.pop(session_id, None)  # the latest go last
+            self._logged[session_id] = seq
+        while len(self._logged) > LOGGED_KEPT:
+            del self._logged[next(iter(self._logged))]
 
     def after_appends(self, then: Callable[[], None]) -> bool:
         """Call ``then`` when the next batch of appends under way comes back; False
