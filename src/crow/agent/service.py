@@ -247,6 +247,8 @@ class CrowAgent:
         """Ask ``name``'s server what the model can do (router.describe), in the
         background: the first turn then need not wait for it, and the clients of a
         server started earlier get its figures in their ``initialize``."""
+        if self.router.described(name):
+            return  # (every session/new asks: a task each cost more than the check)
         self.spawn(self._describe(name), name=f"describe-{name}")
 
     async def _describe(self, name: str) -> None:
