@@ -143,7 +143,10 @@ class Parking:
         one return."""
         parked = self.parked.get(session_id)
         if parked is None:
-            return self.host.live.get(session_id)
+            session = self.host.live.get(session_id)
+            if session is not None:  # named: not parked while the request is under way
+                session.active_at = time.monotonic()
+            return session
         if parked.reviving is None:
             parked.reviving = asyncio.ensure_future(self._revive(session_id, parked))
             parked.reviving.add_done_callback(lambda done: _retried(parked, done))
