@@ -130,8 +130,10 @@ async def test_an_idle_open_session_unloads_and_comes_back_as_it_was(
         assert len(asked) == 1  # "always allow in this session" still holds
         assert scripted_model.requests[-1]["model"] == "small"
         await until(
-            lambda: watching.projection.stop_reason == "end_turn"
-            and "two done" in watching.projection.text(),
+            lambda: (
+                watching.projection.stop_reason == "end_turn"
+                and "two done" in watching.projection.text()
+            ),
             "the onlooker saw the new turn live",
         )
     after_owner = seen_by_owner[before_owner:]
@@ -198,4 +200,3 @@ async def test_a_running_turn_or_an_open_question_keeps_a_session_loaded(
         await until(lambda: live_sessions(server) == 0, "unloaded once idle")
         assert "written" in session.projection.text()
     await client.aclose()
-
