@@ -200,3 +200,33 @@ async def test_a_running_turn_or_an_open_question_keeps_a_session_loaded(
         await until(lambda: live_sessions(server) == 0, "unloaded once idle")
         assert "written" in session.projection.text()
     await client.aclose()
+
+
+async def test_requests_naming_a_parked_session_at_once_bring_it_back_once(
+    server, scripted_model, crow_home, tmp_path
+):
+    scripted_model.set_default(Text(text="ok"))
+    owner = await client_for(server.url)
+    other = await client_for(server.ws_url)
+    async with asyncio.timeout(60):
+        session = await owner.new_session(str(tmp_path))
+        await session.run("hello")
+        await until(lambda: live_sessions(server) == 0, "the idle session unloaded")
+        switch = schema.IdSetSessionConfigOptionRequest.model_validate(
+            {"sessionId": session.id, "configId": "model", "type": "id", "value": "small"}
+        )
+        switched, resumed = await asyncio.gather(
+            owner.call("session/set_config_option", switch),
+            other.resume_session(session.id, str(tmp_path)),
+        )
+        assert switched.config_options[0].current_value == "small"
+        assert live_sessions(server) == 1
+        assert resumed.projection.text() == "ok"  # the replay, once
+        turn = await resumed.run("again")  # the other client prompts; the owner watches
+        assert turn.stop_reason == "end_turn"
+        await until(lambda: session.projection.text() == "okok", "the owner saw it live")
+    log = (crow_home / "logs" / "crow.log").read_text()
+    assert log.count(f"session {session.id} loaded again") == 1
+    assert scripted_model.requests[-1]["model"] == "small"
+    await owner.aclose()
+    await other.aclose()
