@@ -99,6 +99,7 @@ class AsyncStore:
         self._after_appends: list[Callable[[], None]] = []
         # The sessions to create at the end of this loop pass, together, with their futures.
         self._creating: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]] | None = None
+        self._created_all: asyncio.Future[None] | None = None
         self._closed = False
 
     @property
@@ -115,6 +116,7 @@ class AsyncStore:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
         if self._closed:
             raise StoreUnavailable("the session store is closed")
+        self._create_sessions()  # the sessions asked for before this call come first
         call = functools.partial(_translated, fn, *args, **kwargs)
         with self._appends_lock:
             self._open_batch = None  # later appends come after this call
@@ -150,6 +152,7 @@ class AsyncStore:
         must run on the thread instead: something is queued there (it must come
         first), or the database is locked (then nothing was written).  Raises
         StoreUnavailable for any other failure."""
+        self._create_sessions()  # the sessions asked for before this call come first
         if self._fast is None or self._queued or self._pending:
             return ON_THREAD
         try:
@@ -181,6 +184,8 @@ class AsyncStore:
         rarely do), else on the thread.  On the loop, because the thread would
         fight the loop for the GIL row by row: a 10,000-update replay took
         0.1-0.5 s there and 25 ms here."""
+        if self._created_all is not None:  # sessions asked for before this read: first
+            await asyncio.shield(self._created_all)
         result = self._here(method, *args, write=False, **kwargs)
         if result is ON_THREAD:
             result = await self.submit(getattr(self.sync, method), *args, **kwargs)
@@ -210,34 +215,40 @@ class AsyncStore:
         the thread and a commit each cost more than an insert)."""
         loop = asyncio.get_running_loop()
         if self._creating is None:
-            self._creating = []
+            self._creating, self._created_all = [], loop.create_future()
             loop.call_soon(self._create_sessions)
         created: asyncio.Future[SessionRecord] = loop.create_future()
         self._creating.append((fields, created))
         return await created
 
     def _create_sessions(self) -> None:
-        asked, self._creating = self._creating or [], None
+        """Create the sessions asked for so far (at the end of the loop pass, or before
+        a later call: calls keep their order)."""
+        if not self._creating:
+            return
+        asked, self._creating = self._creating, None
+        done, self._created_all = self._created_all, None
         sessions = [fields for fields, _ in asked]
         try:
             if self._closed:
                 raise StoreUnavailable("the session store is closed")
             made = self._here("create_sessions", sessions, write=True)
         except Exception as exc:  # StoreUnavailable, or a bug: either way, say it to each
-            self._created(asked, exc)
+            self._created(asked, exc, done)
             return
         if made is not ON_THREAD:
-            self._created(asked, made)
+            self._created(asked, made, done)
             return
         on_thread = self.submit(self.sync.create_sessions, sessions)
         on_thread.add_done_callback(
-            lambda done: self._created(asked, done.exception() or done.result())
+            lambda call: self._created(asked, call.exception() or call.result(), done)
         )
 
     def _created(
         self,
         asked: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]],
         outcome: list[SessionRecord] | BaseException,
+        done: asyncio.Future[None] | None,
     ) -> None:
         for index, (fields, future) in enumerate(asked):
             if isinstance(outcome, BaseException):
@@ -248,6 +259,8 @@ class AsyncStore:
                 self._note_logged([(outcome[index].id, len(fields["updates"]))])
             if not future.done():
                 future.set_result(outcome[index])
+        if done is not None and not done.done():
+            done.set_result(None)  # after the creators: they are answered first
 
     async def get_session(
         self, session_id: str, *, include_deleted: bool = False
@@ -319,6 +332,7 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         if self._closed:
             return [_failed(loop, StoreUnavailable("the session store is closed")) for _ in updates]
+        self._create_sessions()  # the sessions asked for before these come first
         futures = [loop.create_future() for _ in updates]
         self._queued += len(updates)
         with self._appends_lock:

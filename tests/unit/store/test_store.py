@@ -4,6 +4,7 @@ listing, the transcript, the lease.  Every test taking ``store`` runs on both.""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -315,6 +316,35 @@ async def test_sessions_opened_at_once_are_created_in_one_transaction(tmp_path):
     other.close()
     assert [r.id for r in await later] == ["t1", "t2"]
     assert await store.get_session("t2") is not None
+    await store.aclose()
+
+
+async def test_a_call_made_after_a_session_was_asked_for_comes_after_it(tmp_path):
+    """Sessions wait for the end of the loop pass to be created together, but a call
+    made after one was asked for still sees it, and its creator is answered first
+    (requests pipelined behind session/new are answered in order)."""
+    import asyncio
+
+    from crow.store.aio import AsyncStore
+
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
+    order: list[Any] = []
+
+    async def create() -> None:
+        await store.create_session(session_id="s", cwd="/p", now="t")
+        order.append("created")
+
+    async def listing() -> None:
+        records, _ = await store.list_sessions()
+        order.append(("listed", [r.id for r in records]))
+
+    async def update() -> None:
+        await store.create_session(session_id="u", cwd="/p", now="t")
+        await store.update_session("u", title="named")
+
+    await asyncio.gather(create(), listing(), update())
+    assert order[0] == "created" and "s" in order[1][1]
+    assert (await store.get_session("u")).title == "named"
     await store.aclose()
 
 
