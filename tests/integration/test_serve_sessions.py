@@ -10,6 +10,7 @@ from crow_testing.fakemodel import Hang, Text
 from crow_testing.serve_support import is_idle, kinds, notes, replayable, text_of, updates
 
 from crow.acp.errors import INVALID_PARAMS, METHOD_NOT_FOUND, RESOURCE_NOT_FOUND
+from crow.extensions import SEQ
 
 
 def test_a_new_process_lists_and_resumes_the_sessions_of_an_earlier_one(
@@ -228,6 +229,22 @@ def test_the_model_config_option_switches_models(crow, scripted_model):
         {"sessionId": sid, "configId": "speed", "type": "id", "value": "x"},
     )
     assert unknown["error"]["code"] == INVALID_PARAMS
+
+
+def test_a_new_sessions_commands_come_after_its_response_once_logged(crow):
+    """``session/new`` stores the session and its first update together: the update
+    follows the response (a client can place it), as seq 1, and a resume replays it
+    once."""
+    agent = crow()
+    response, before = agent.request("session/new", {"cwd": "/tmp"})
+    sid = response["result"]["sessionId"]
+    assert not updates(before)
+    [frame] = agent.until_update(lambda u: True)
+    assert frame["params"]["update"]["sessionUpdate"] == "available_commands_update"
+    assert frame["params"]["_meta"][SEQ] == 1
+    _, replay = agent.resume(sid, replayFrom={"type": "start"})
+    assert kinds(replay) == ["available_commands_update", "state_update"]
+    assert agent.nothing_within(0.3)
 
 
 def test_slash_commands(crow, scripted_model):

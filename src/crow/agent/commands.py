@@ -123,6 +123,12 @@ _BY_NAME = {c.name: c for c in COMMANDS}
 
 
 def available_commands() -> list[schema.AvailableCommand]:
+    """The commands as a response lists them (shared between responses: never change them)."""
+    return list(_commands())
+
+
+@functools.cache
+def _commands() -> tuple[schema.AvailableCommand, ...]:
     out: list[schema.AvailableCommand] = []
     for c in COMMANDS:
         command = schema.CommandAvailableCommand(
@@ -131,7 +137,7 @@ def available_commands() -> list[schema.AvailableCommand]:
         if c.hint:
             command.input = schema.TextCommandInput(hint=c.hint)
         out.append(command)
-    return out
+    return tuple(out)
 
 
 def available_commands_update() -> dict[str, Any]:

@@ -66,8 +66,9 @@ class SessionHost(TurnHost, Protocol):
     live: dict[str, LiveSession]
     judge: Follower | None
 
-    def live_session(self, session_id: str) -> LiveSession:
-        """The live session; raises SessionNotFound if it is not active."""
+    async def live_session(self, session_id: str) -> LiveSession:
+        """The live session (brought back if it was parked); raises SessionNotFound
+        if it is not open here."""
         ...
 
     def activate(self, record: SessionRecord) -> LiveSession:

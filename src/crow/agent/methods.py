@@ -9,6 +9,7 @@ what is said in crow.agent.service.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
 import orjson
@@ -21,6 +22,7 @@ from . import commands, verdicts
 from .cluster import Cluster
 from .host import SessionHost
 from .params import absolute, directories, existing_directory, replay_cursor, session_info
+from .parking import Parking
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession
 from .tooling import client_servers, start_tools
@@ -51,6 +53,8 @@ class SessionMethods:
         #: The sessions each connection opened (some may be closed since): counting a
         #: connection's open sessions looks at these, not at every live session.
         self.opened: dict[Watcher, set[str]] = {}
+        #: Idle sessions clients still have open, out of memory (crow.agent.parking).
+        self.parking = Parking(host, self.load, self.restart)
 
     async def new_session(
         self, watcher: Watcher, params: schema.NewSessionRequest
@@ -66,21 +70,25 @@ class SessionMethods:
         config: dict[str, Any] = {"model": self.host.config.chain[0]}
         if verify:
             config.update(verify=verify, judgedSeq=0)
+        announce = commands.available_commands_update()
+        body = orjson.dumps(announce)
         record = await self.host.store.create_session(
             session_id=new_id("sess"),
             cwd=cwd,
             now=now(),
             additional_directories=dirs,
             config=config,
+            updates=[body],  # its log's seq 1, stored with it (one transaction)
         )
         session = self.host.activate(record)
+        session.delivered = 1
         session.watchers.add(watcher)
         self.opened.setdefault(watcher, set()).add(session.id)
         self.start_tools(session, servers, dirs, watcher)
         await verdicts.judge_if_verified(self.host, session)
-        self.host.spawn(
-            session.emit(commands.available_commands_update()), name="announce-commands"
-        )
+        # To its client once the response has gone (the reply is sent in this task's
+        # step); whoever attaches sooner (a judge) replays it from the log.
+        asyncio.get_running_loop().call_soon(watcher.deliver, session.id, 1, announce, body)
         response = schema.NewSessionResponse(
             session_id=record.id,
             config_options=self.host.config_options(session),
@@ -121,7 +129,7 @@ class SessionMethods:
         servers = self.client_servers(params.mcp_servers)
         dirs = directories(params.additional_directories)
         verify = verdicts.verify_setting(params.meta, authenticated=self.host.clients_authenticated)
-        session = self.host.live.get(record.id)
+        session = await self.parking.revive(record.id)  # (parked: it comes back)
         if (session is None or watcher not in session.watchers) and not watcher.follower:
             self.check_session_limit(watcher)
         if session is None:
@@ -158,7 +166,8 @@ class SessionMethods:
         unloads the session (its tool servers stop)."""
         session = self.host.live.get(params.session_id)
         if session is None:
-            return  # unknown or already closed: success (§5.4)
+            self.parking.leave(params.session_id, watcher)
+            return  # unknown, parked or already closed: success (§5.4)
         if session.judge is watcher:
             session.judge = None
         if clients(session.watchers - {watcher}):
@@ -171,6 +180,7 @@ class SessionMethods:
         self.host.unload_if_unwatched(session)
 
     async def delete_session(self, watcher: Watcher, params: schema.DeleteSessionRequest) -> None:
+        self.parking.drop(params.session_id)
         session = self.host.live.pop(params.session_id, None)
         if session is not None:
             session.held.withdraw("the session was deleted")
@@ -183,7 +193,7 @@ class SessionMethods:
     async def set_config_option(
         self, watcher: Watcher, params: schema.SetSessionConfigOptionRequest
     ) -> schema.SetSessionConfigOptionResponse:
-        session = self.host.live_session(params.session_id)
+        session = await self.host.live_session(params.session_id)
         if params.config_id != "model":
             raise InvalidParams(
                 f"Unknown config option {params.config_id!r}", data={"configId": params.config_id}
@@ -227,11 +237,30 @@ class SessionMethods:
         await self.host.cluster.questions.pick_up(session.id)
         return session
 
+    async def named(self, session_id: str) -> LiveSession:
+        """The live session a request names, brought back if it was parked; raises
+        SessionNotFound (-32002) if it is not open here."""
+        session = await self.parking.revive(session_id)
+        if session is None:
+            raise SessionNotFound(session_id)
+        return session
+
+    async def restart(self, session: LiveSession) -> None:
+        """A parked session back: its tools start at its next turn, as they were (Crow's
+        own servers over its directories), and its judge follows it again."""
+        self.start_tools(session, [], session.record.additional_directories, None)
+        await verdicts.judge_if_verified(self.host, session)
+
+    def forget(self, watcher: Watcher) -> None:
+        """A connection has gone: the parked sessions it had open lose it."""
+        for session_id in self.opened.pop(watcher, ()):
+            self.parking.leave(session_id, watcher)
+
     def client_servers(self, servers: Any) -> list[Any]:
         return client_servers(servers, self.host.config, allowed=self.host.clients_authenticated)
 
     def start_tools(
-        self, session: LiveSession, servers: list[Any], dirs: list[str], watcher: Watcher
+        self, session: LiveSession, servers: list[Any], dirs: list[str], watcher: Watcher | None
     ) -> None:
         """Start the session's tool servers unless the same set already runs: a
         resume that names the same servers and roots keeps them (and their
@@ -252,8 +281,15 @@ class SessionMethods:
         """``[server] max_sessions_per_connection``: a connection at it opens no more."""
         limit = self.host.config.server.max_sessions_per_connection
         ids = self.opened.get(watcher, set())
-        live = self.host.live
-        ids &= {i for i in ids if (s := live.get(i)) is not None and watcher in s.watchers}
+        if len(ids) < limit:
+            return  # (it holds those it closed since, too: only a full one is looked at)
+        live, parking = self.host.live, self.parking
+        ids &= {
+            i
+            for i in ids
+            if ((s := live.get(i)) is not None and watcher in s.watchers)
+            or parking.watched_by(i, watcher)
+        }
         if len(ids) >= limit:
             raise InvalidRequest(
                 f"Too many open sessions on this connection (limit {limit}, "

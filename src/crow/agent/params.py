@@ -7,6 +7,7 @@ directories; a replay cursor is ``start`` or Crow's own ``_crow/after``.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -102,23 +103,29 @@ def session_info(record: SessionRecord) -> schema.SessionInfo:
 def config_options(
     config: Config, router: ModelRouter, model: str
 ) -> list[schema.SessionConfigOption]:
-    """A session's config options: the ``model`` select, with ``model`` current."""
+    """A session's config options: the ``model`` select, with ``model`` current.
+    Made once for each model and set of descriptions (every ``session/new`` sends
+    them): the options are shared between responses, never change them."""
+    described = tuple((name, _described(router.spec(name))) for name in config.models)
+    return [_model_select(model, described)]
+
+
+@functools.lru_cache(maxsize=64)
+def _model_select(
+    model: str, described: tuple[tuple[str, str], ...]
+) -> schema.SelectSessionConfigOption:
     options = [
-        schema.SessionConfigSelectOption(
-            value=name, name=name, description=_described(router.spec(name))
-        )
-        for name in config.models
+        schema.SessionConfigSelectOption(value=name, name=name, description=description)
+        for name, description in described
     ]
-    return [
-        schema.SelectSessionConfigOption(
-            config_id="model",
-            name="Model",
-            category="model",
-            current_value=model,
-            options=options,
-            description="The model that answers; others take over on failure",
-        )
-    ]
+    return schema.SelectSessionConfigOption(
+        config_id="model",
+        name="Model",
+        category="model",
+        current_value=model,
+        options=options,
+        description="The model that answers; others take over on failure",
+    )
 
 
 def _described(spec: Any) -> str:

@@ -12,6 +12,8 @@ Who may end what (README, "Several clients"):
 
 - a client that disconnects only stops watching: a running turn goes on, and
   a session nobody watches is unloaded (its tool servers stop) once idle;
+- a session clients still have open is parked once idle for ``[server]
+  unload_idle_s`` (crow.agent.parking), and comes back when a request names it;
 - ``session/close`` detaches the caller; when the last watcher leaves, the
   running turn is cancelled and the session unloaded;
 - ``session/cancel`` from any watcher cancels the turn; ``session/delete``
@@ -39,7 +41,6 @@ from typing import Any
 from crow.acp import (
     AgentSide,
     InternalError,
-    SessionNotFound,
     schema,
 )
 from crow.config import Config
@@ -169,7 +170,7 @@ class CrowAgent:
     def detach(self, watcher: Watcher) -> None:
         """A connection has gone: its sessions stop sending to it, and those
         nobody watches any more are unloaded once idle (a running turn goes on)."""
-        self.methods.opened.pop(watcher, None)
+        self.methods.forget(watcher)
         for session in list(self.live.values()):
             if session.judge is watcher:
                 session.judge = None
@@ -224,7 +225,7 @@ class CrowAgent:
     async def prompt(self, watcher: Watcher, params: schema.PromptRequest) -> schema.PromptResponse:
         meta = params.meta if isinstance(params.meta, dict) else {}
         origin = meta.get(FROM) if isinstance(meta.get(FROM), str) else None
-        session = self.live_session(params.session_id)
+        session = await self.live_session(params.session_id)
         if origin is not None and not verdicts.is_judge(self, session, watcher):
             origin = None  # only the judge's own prompts are shown as the judge's
         mode = insert_mode(meta, self.config.session.while_busy)
@@ -263,6 +264,8 @@ class CrowAgent:
         """Ask ``name``'s server what the model can do (router.describe), in the
         background: the first turn then need not wait for it, and the clients of a
         server started earlier get its figures in their ``initialize``."""
+        if self.router.described(name):
+            return  # (every session/new asks: a task each cost more than the check)
         self.spawn(self._describe(name), name=f"describe-{name}")
 
     async def _describe(self, name: str) -> None:
@@ -297,6 +300,7 @@ class CrowAgent:
         if self.cluster.questions is not None:
             session.remote_askers = self.cluster.questions.asker(record.id)
         self.live[record.id] = session
+        self.methods.parking.watch()
         return session
 
     def unload_if_unwatched(self, session: LiveSession) -> None:
@@ -322,12 +326,10 @@ class CrowAgent:
         return all(s.tools is None and not s.busy for s in self.live.values())
 
     # ---- helpers ------------------------------------------------------------------
-    def live_session(self, session_id: str) -> LiveSession:
-        """The live session; raises SessionNotFound (-32002) if it is not active."""
-        session = self.live.get(session_id)
-        if session is None:
-            raise SessionNotFound(session_id)
-        return session
+    async def live_session(self, session_id: str) -> LiveSession:
+        """The live session, brought back if it was parked (crow.agent.parking);
+        raises SessionNotFound (-32002) if it is not open here."""
+        return await self.methods.named(session_id)
 
     def config_options(self, session: LiveSession) -> list[schema.SessionConfigOption]:
         return config_options(self.config, self.router, session.model)

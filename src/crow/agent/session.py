@@ -106,6 +106,9 @@ class LiveSession:
     more_to_catch: bool = False
     #: On a shared store: the clients of the other servers, asked with ours.
     remote_askers: Any = None
+    #: When it last logged an update or a client attached (time.monotonic): an idle
+    #: session is parked after a while (crow.agent.parking).
+    active_at: float = field(default_factory=time.monotonic)
     #: What the model sees, as last read (``transcript``), and the seq it was read to.
     _transcript: list[TranscriptEntry] | None = None
     _transcript_seq: int = 0
@@ -254,6 +257,7 @@ class LiveSession:
         seqs: list[int | None] = []
         backed_up: set[Watcher] = set()
         cancelled = False
+        self.active_at = time.monotonic()
         async with self.log_lock:
             for update in updates:
                 self._with_background(update)
@@ -373,6 +377,7 @@ class LiveSession:
         take each (its memory stays bounded, the first update goes out at once),
         without the log's lock while full pages come: the session's turn goes on
         meanwhile.  The tail is sent under the lock, then the live updates follow."""
+        self.active_at = time.monotonic()
         after = replay_after
         if after is not None and watcher not in self.watchers:  # (else live ones interleave)
             after = await self._replay_pages(watcher, after, locked=False)

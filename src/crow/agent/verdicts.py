@@ -154,7 +154,7 @@ async def post_verdict(
 ) -> dict[str, Any]:
     """``_crow/verdict``: put a judge's verdict into a live session, for everyone,
     signed; refused (and nothing posted) unless ``watcher`` is the session's judge."""
-    worker = agent.live_session(str(params.get("sessionId")))
+    worker = await agent.live_session(str(params.get("sessionId")))
     if not is_judge(agent, worker, watcher):
         raise InvalidParams(
             "only the session's judge may post a verdict (crow serve's own while it "
@@ -190,7 +190,7 @@ async def judging_started(
 ) -> dict[str, Any]:
     """``_crow/judging``: the session's judge starts on a turn.  The session shows a
     tool call (kind ``think``) listed as background work until the verdict."""
-    worker = agent.live_session(str(params.get("sessionId")))
+    worker = await agent.live_session(str(params.get("sessionId")))
     if not is_judge(agent, worker, watcher):
         raise InvalidParams(
             "only the session's judge may say it judges a turn",

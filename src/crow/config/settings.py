@@ -137,7 +137,7 @@ class ServerSettings:
     log_max_mib: float = 10.0  # crow.log is rotated past this size ...
     log_backups: int = 5  # ... keeping this many old files (crow.log.1 ...)
     max_sessions_per_connection: int = 64  # sessions one connection may have open at once
-    unload_idle_s: float = 300.0  # a session idle this long stops its tool servers (0: never)
+    unload_idle_s: float = 300.0  # a session idle this long is unloaded (0: never)
 
 
 #: The formats of crow serve's log lines ([server] log_format).

@@ -69,6 +69,10 @@ class ModelRouter:
         """The model as known now: its server's description once one was had."""
         return self._described.get(name) or self.config.models[name]
 
+    def described(self, name: str) -> bool:
+        """Whether the model's server has described it (``describe`` asks no more)."""
+        return name in self._described
+
     async def describe(self, name: str) -> ModelSpec:
         """The model as its server describes it, asked once per process (again
         while nothing answers); the configured spec when the server says nothing."""

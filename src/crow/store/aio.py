@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
@@ -97,6 +97,9 @@ class AsyncStore:
         # (at most LOGGED_KEPT sessions, the latest): see ``logged_here``.
         self._logged: dict[str, int] = {}
         self._after_appends: list[Callable[[], None]] = []
+        # The sessions to create at the end of this loop pass, together, with their futures.
+        self._creating: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]] | None = None
+        self._created_all: asyncio.Future[None] | None = None
         self._closed = False
 
     @property
@@ -113,6 +116,7 @@ class AsyncStore:
         """Queue ``fn(*args, **kwargs)`` on the store's thread."""
         if self._closed:
             raise StoreUnavailable("the session store is closed")
+        self._create_sessions()  # the sessions asked for before this call come first
         call = functools.partial(_translated, fn, *args, **kwargs)
         with self._appends_lock:
             self._open_batch = None  # later appends come after this call
@@ -148,6 +152,7 @@ class AsyncStore:
         must run on the thread instead: something is queued there (it must come
         first), or the database is locked (then nothing was written).  Raises
         StoreUnavailable for any other failure."""
+        self._create_sessions()  # the sessions asked for before this call come first
         if self._fast is None or self._queued or self._pending:
             return ON_THREAD
         try:
@@ -179,6 +184,8 @@ class AsyncStore:
         rarely do), else on the thread.  On the loop, because the thread would
         fight the loop for the GIL row by row: a 10,000-update replay took
         0.1-0.5 s there and 25 ms here."""
+        if self._created_all is not None:  # sessions asked for before this read: first
+            await asyncio.shield(self._created_all)
         result = self._here(method, *args, write=False, **kwargs)
         if result is ON_THREAD:
             result = await self.submit(getattr(self.sync, method), *args, **kwargs)
@@ -202,7 +209,58 @@ class AsyncStore:
 
     # ---- sessions ---------------------------------------------------------------
     async def create_session(self, **fields: Any) -> SessionRecord:
-        return await self.submit(self.sync.create_session, **fields)
+        """``Store.create_session``.  The sessions asked for in one pass of the loop
+        (several clients opening sessions at once) are created together, in one
+        transaction, on the loop's connection when it can (like an append: a hop to
+        the thread and a commit each cost more than an insert)."""
+        loop = asyncio.get_running_loop()
+        if self._creating is None:
+            self._creating, self._created_all = [], loop.create_future()
+            loop.call_soon(self._create_sessions)
+        created: asyncio.Future[SessionRecord] = loop.create_future()
+        self._creating.append((fields, created))
+        return await created
+
+    def _create_sessions(self) -> None:
+        """Create the sessions asked for so far (at the end of the loop pass, or before
+        a later call: calls keep their order)."""
+        if not self._creating:
+            return
+        asked, self._creating = self._creating, None
+        done, self._created_all = self._created_all, None
+        sessions = [fields for fields, _ in asked]
+        try:
+            if self._closed:
+                raise StoreUnavailable("the session store is closed")
+            made = self._here("create_sessions", sessions, write=True)
+        except Exception as exc:  # StoreUnavailable, or a bug: either way, say it to each
+            self._created(asked, exc, done)
+            return
+        if made is not ON_THREAD:
+            self._created(asked, made, done)
+            return
+        on_thread = self.submit(self.sync.create_sessions, sessions)
+        on_thread.add_done_callback(
+            lambda call: self._created(asked, call.exception() or call.result(), done)
+        )
+
+    def _created(
+        self,
+        asked: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]],
+        outcome: list[SessionRecord] | BaseException,
+        done: asyncio.Future[None] | None,
+    ) -> None:
+        for index, (fields, future) in enumerate(asked):
+            if isinstance(outcome, BaseException):
+                if not future.done():
+                    future.set_exception(outcome)
+                continue
+            if self.shared and fields.get("updates"):  # its own announcement: none to read
+                self._note_logged([(outcome[index].id, len(fields["updates"]))])
+            if not future.done():
+                future.set_result(outcome[index])
+        if done is not None and not done.done():
+            done.set_result(None)  # after the creators: they are answered first
 
     async def get_session(
         self, session_id: str, *, include_deleted: bool = False
@@ -274,6 +332,7 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         if self._closed:
             return [_failed(loop, StoreUnavailable("the session store is closed")) for _ in updates]
+        self._create_sessions()  # the sessions asked for before these come first
         futures = [loop.create_future() for _ in updates]
         self._queued += len(updates)
         with self._appends_lock:
@@ -305,15 +364,22 @@ class AsyncStore:
     def _resolve(self, batch: _Batch, outcome: list[int] | BaseException) -> None:
         self._queued -= len(batch.futures)
         if self.shared and not isinstance(outcome, BaseException):
-            for (session_id, *_), seq in zip(batch.updates, outcome, strict=True):
-                self._logged.pop(session_id, None)  # the latest go last
-                self._logged[session_id] = seq
-            while len(self._logged) > LOGGED_KEPT:
-                del self._logged[next(iter(self._logged))]
+            self._note_logged(
+                (session_id, seq)
+                for (session_id, *_), seq in zip(batch.updates, outcome, strict=True)
+            )
         _resolve(batch.futures, outcome)
         waiting, self._after_appends = self._after_appends, []
         for then in waiting:
             then()
+
+    def _note_logged(self, logged: Iterable[tuple[str, int]]) -> None:
+        """Keep the last seq logged here of each session (``logged_here``)."""
+        for session_id, seq in logged:
+            self._logged.pop(session_id, None)  # the latest go last
+            self._logged[session_id] = seq
+        while len(self._logged) > LOGGED_KEPT:
+            del self._logged[next(iter(self._logged))]
 
     def after_appends(self, then: Callable[[], None]) -> bool:
         """Call ``then`` when the next batch of appends under way comes back; False

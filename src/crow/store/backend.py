@@ -177,11 +177,38 @@ class Store(ABC):
         now: str,
         additional_directories: list[str] | None = None,
         config: dict[str, Any] | None = None,
+        updates: Sequence[bytes] = (),
+    ) -> SessionRecord:
+        """Add the session; ``updates`` begin its log (seqs 1, 2, ...) in the same
+        transaction: once it is answered, a new session and what it first said are
+        both stored."""
+        fields: dict[str, Any] = {"session_id": session_id, "cwd": cwd, "now": now}
+        fields.update(additional_directories=additional_directories, config=config)
+        return self.create_sessions([{**fields, "updates": updates}])[0]
+
+    def create_sessions(self, sessions: Sequence[dict[str, Any]]) -> list[SessionRecord]:
+        """``create_session`` for each of ``sessions`` (its keyword arguments), in one
+        transaction: the sessions several clients open at once cost one commit."""
+        with self._transaction():
+            return [self._insert_session(**fields) for fields in sessions]
+
+    def _insert_session(
+        self,
+        *,
+        session_id: str,
+        cwd: str,
+        now: str,
+        additional_directories: list[str] | None = None,
+        config: dict[str, Any] | None = None,
+        updates: Sequence[bytes] = (),
     ) -> SessionRecord:
         directories, options = json.dumps(additional_directories or []), json.dumps(config or {})
-        self.db.execute(self.sql.create_session, (session_id, cwd, directories, now, now, options))
-        created = self.get_session(session_id)
-        assert created is not None
+        values = (session_id, cwd, directories, now, now, options)
+        created = record(self.db.execute(self.sql.create_session, values).fetchone())
+        if updates:  # nobody else sees the session yet: its log is empty, and stays ours
+            rows = [(session_id, seq, body.decode()) for seq, body in enumerate(updates, 1)]
+            self.db.executemany(self.sql.append_at, rows)
+            self._announce(UPDATES_CHANNEL, f"{session_id} {len(rows)}")
         return created
 
     def get_session(

@@ -44,7 +44,7 @@ class Statements:
     # ---- sessions -----------------------------------------------------------------
     create_session: str = (
         "INSERT INTO sessions (id, cwd, additional_directories, created_at, updated_at, config)"
-        " VALUES ({p}, {p}, {p}, {p}, {p}, {p})"
+        f" VALUES ({{p}}, {{p}}, {{p}}, {{p}}, {{p}}, {{p}}) RETURNING {SESSION_COLUMNS}"
     )
     get_session: str = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = {{p}}"
     delete_session: str = "UPDATE sessions SET deleted = 1 WHERE id = {p}"

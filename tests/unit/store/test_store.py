@@ -4,6 +4,7 @@ listing, the transcript, the lease.  Every test taking ``store`` runs on both.""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 import pytest
 
@@ -45,6 +46,35 @@ def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
     (tmp_path / "junk.db").write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="cannot open the session store"):
         SqliteStore(tmp_path / "junk.db")
+
+
+def test_sessions_are_created_together_with_their_first_updates(store):
+    """One transaction: each session comes back as stored, its log begun at seq 1."""
+    made = store.create_sessions(
+        [
+            {"session_id": "a", "cwd": "/p", "now": "t0", "updates": [b'{"x":1}', b'{"y":2}']},
+            {"session_id": "b", "cwd": "/q", "now": "t0", "config": {"model": "m"}},
+        ]
+    )
+    assert [(r.id, r.cwd, r.state, r.config) for r in made] == [
+        ("a", "/p", "idle", {}),
+        ("b", "/q", "idle", {"model": "m"}),
+    ]
+    assert made[0] == store.get_session("a")
+    assert list(store.updates("a")) == [(1, b'{"x":1}'), (2, b'{"y":2}')]
+    assert store.append_update("a", b"{}") == 3 and store.last_seq("b") == 0
+
+
+def test_a_failed_creation_keeps_none_of_its_batch(store):
+    store.create_session(session_id="taken", cwd="/p", now="t0")
+    with pytest.raises(Exception):  # noqa: B017 (sqlite3's or psycopg's IntegrityError)
+        store.create_sessions(
+            [
+                {"session_id": "new", "cwd": "/p", "now": "t0", "updates": [b"{}"]},
+                {"session_id": "taken", "cwd": "/p", "now": "t0"},
+            ]
+        )
+    assert store.get_session("new") is None and store.last_seq("new") == 0
 
 
 def test_updates_are_logged_in_order_with_the_state(store):
@@ -287,6 +317,72 @@ async def test_messages_and_leases_are_written_on_the_loop_or_wait_on_the_thread
     await store.release_turn("s", owner="me")
     assert (await store.get_session("s")).owner is None
     assert [e.message["content"] for e in await store.transcript("s")] == ["a"]
+    await store.aclose()
+
+
+async def test_sessions_opened_at_once_are_created_in_one_transaction(tmp_path):
+    """Sessions asked for in one pass of the loop are written together, on the loop's
+    connection; with another process holding the write lock, on the thread, once it
+    is free (nothing written before)."""
+    import asyncio
+
+    from crow.store.aio import AsyncStore
+
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
+    batches = []
+    create_sessions = store._fast.create_sessions
+    store._fast.create_sessions = lambda sessions: (
+        batches.append(len(sessions)) or (create_sessions(sessions))
+    )
+    made = await asyncio.gather(
+        *(
+            store.create_session(session_id=f"s{i}", cwd="/p", now="t", updates=[b"{}"])
+            for i in range(5)
+        )
+    )
+    assert [r.id for r in made] == [f"s{i}" for i in range(5)] and batches == [5]
+    assert [await store.last_seq(f"s{i}") for i in range(5)] == [1] * 5
+    other = sqlite3.connect(tmp_path / "a.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process writes
+    later = asyncio.gather(
+        store.create_session(session_id="t1", cwd="/p", now="t"),
+        store.create_session(session_id="t2", cwd="/p", now="t"),
+    )
+    await asyncio.sleep(0.2)
+    assert not later.done() and batches == [5, 2]  # tried on the loop: busy, so nothing kept
+    other.execute("COMMIT")
+    other.close()
+    assert [r.id for r in await later] == ["t1", "t2"]
+    assert await store.get_session("t2") is not None
+    await store.aclose()
+
+
+async def test_a_call_made_after_a_session_was_asked_for_comes_after_it(tmp_path):
+    """Sessions wait for the end of the loop pass to be created together, but a call
+    made after one was asked for still sees it, and its creator is answered first
+    (requests pipelined behind session/new are answered in order)."""
+    import asyncio
+
+    from crow.store.aio import AsyncStore
+
+    store = AsyncStore(SqliteStore(tmp_path / "a.db"))
+    order: list[Any] = []
+
+    async def create() -> None:
+        await store.create_session(session_id="s", cwd="/p", now="t")
+        order.append("created")
+
+    async def listing() -> None:
+        records, _ = await store.list_sessions()
+        order.append(("listed", [r.id for r in records]))
+
+    async def update() -> None:
+        await store.create_session(session_id="u", cwd="/p", now="t")
+        await store.update_session("u", title="named")
+
+    await asyncio.gather(create(), listing(), update())
+    assert order[0] == "created" and "s" in order[1][1]
+    assert (await store.get_session("u")).title == "named"
     await store.aclose()
 
 

@@ -318,7 +318,7 @@ class V1Agent:
         """Run one turn; answered with its stop reason when it ends (see the module doc)."""
         with self._calling():
             blocks = [_v2(schema.ContentBlock, _wire(block)) for block in prompt]
-            session = self.agent.live_session(session_id)
+            session = await self.agent.live_session(session_id)
             # v1 keeps v1's meaning: the answer comes when the turn ends; on a busy
             # session the prompt is held like a v2 one (there is no steering in v1).
             mode = "reject" if self.agent.config.session.while_busy == "reject" else "queue"
