@@ -14,6 +14,7 @@ Errors: ``-32602`` with one line for a bad query, text, scope or id.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from crow.acp import InvalidParams, SessionNotFound
@@ -36,14 +37,14 @@ SCOPES = ("session", "project", "global")
 
 
 class MemoryPanel:
-    def __init__(self, config: Config, live: dict[str, LiveSession]) -> None:
+    def __init__(self, config: Config, session_of: Callable[[str], Awaitable[LiveSession]]) -> None:
         self.config = config
-        self.live = live
+        self.session_of = session_of  # a live session by id (a parked one brought back)
 
     async def search(self, watcher: Watcher, params: dict[str, Any]) -> dict[str, Any]:
         """``{sessionId, query?, scope?, limit?}``: the best matches of ``query`` (the
         latest memories when it is empty) → ``{"memories": [...]}``."""
-        place = self._place(watcher, params)
+        place = await self._place(watcher, params)
         query = params.get("query") or ""
         limit = params.get("limit", 20)
         if not isinstance(query, str):
@@ -66,7 +67,7 @@ class MemoryPanel:
         """``{sessionId, text, scope?}`` (scope ``project`` unless named) → ``{"id",
         "scope", "replaced"}``: ``replaced`` is the text of the near-duplicate it took
         the place of, or null."""
-        place = self._place(watcher, params)
+        place = await self._place(watcher, params)
         text = params.get("text")
         if not isinstance(text, str) or not text.strip():
             raise InvalidParams("text must be the memory to keep (a non-empty string)")
@@ -78,7 +79,7 @@ class MemoryPanel:
     async def forget(self, watcher: Watcher, params: dict[str, Any]) -> dict[str, Any]:
         """``{sessionId, id}`` → ``{"forgotten": bool}``; a memory beyond the session's
         scopes is refused, and nothing is deleted."""
-        place = self._place(watcher, params)
+        place = await self._place(watcher, params)
         memory_id = params.get("id")
         if not isinstance(memory_id, str):
             raise InvalidParams("id must be a memory's id (mem_…)")
@@ -95,15 +96,20 @@ class MemoryPanel:
             return {"forgotten": False}
         return {"forgotten": await self._run(forget)}
 
-    def _place(self, watcher: Watcher, params: dict[str, Any]) -> MemoryPlace:
+    async def _place(self, watcher: Watcher, params: dict[str, Any]) -> MemoryPlace:
         """The place of the session ``params`` names, which ``watcher`` has open."""
         session_id = params.get("sessionId")
-        session = self.live.get(session_id) if isinstance(session_id, str) else None
-        if session is None or watcher not in session.watchers:
-            raise SessionNotFound(
-                str(session_id),
-                message=f"Session not open here: {session_id} (resume it first)",
-            )
+        not_open = SessionNotFound(
+            str(session_id), message=f"Session not open here: {session_id} (resume it first)"
+        )
+        if not isinstance(session_id, str):
+            raise not_open
+        try:
+            session = await self.session_of(session_id)
+        except SessionNotFound:
+            raise not_open from None
+        if watcher not in session.watchers:
+            raise not_open
         return MemoryPlace(session.record.cwd, session.id, OWN)
 
     async def _run(self, work: Any) -> Any:

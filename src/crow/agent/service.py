@@ -113,7 +113,7 @@ class CrowAgent:
         self.methods = SessionMethods(self)
         self.judge: Follower | None = None  # set by crow serve
         self.memory = MemoryRelease(self._quiet)
-        self.memory_panel = MemoryPanel(config, self.live)
+        self.memory_panel = MemoryPanel(config, self.live_session)
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
