@@ -54,11 +54,12 @@ export function escapeHtml(text) {
     .replace(/'/g, "&#39;");
 }
 
-// A DocumentFragment of `text` rendered as Markdown, sanitized.
-export function markdown(text) {
+// A DocumentFragment of `text` rendered as Markdown, sanitized.  `breaks`: every
+// newline is a line break (what a person typed in the prompt box).
+export function markdown(text, breaks = false) {
   let html;
   try {
-    html = marked.parse(String(text), { async: false });
+    html = marked.parse(String(text), { async: false, breaks });
   } catch {
     html = `<pre>${escapeHtml(text)}</pre>`;
   }

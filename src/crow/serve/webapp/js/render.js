@@ -40,11 +40,11 @@ function folding(key, openByDefault, summary, ...body) {
   return details;
 }
 
-function blocks(content, key) {
+function blocks(content, key, breaks = false) {
   const out = [];
   const texts = [];
   const flushText = () => {
-    if (texts.length) out.push(el("div", { className: "md" }, markdown(texts.join(""))));
+    if (texts.length) out.push(el("div", { className: "md" }, markdown(texts.join(""), breaks)));
     texts.length = 0;
   };
   for (const block of content || []) {
@@ -85,7 +85,7 @@ function message(entry, session) {
   if (entry.role === "user") {
     const who = session.whoSaid(entry);
     const label = who === "you" ? "You" : who === "judge" ? "The judge" : who ? `From ${who}` : "Prompt";
-    return el("article", { className: "entry user" + (who === "judge" ? " judge" : ""), "aria-label": label }, el("div", { className: "who" }, label), ...blocks(entry.content, entry.key));
+    return el("article", { className: "entry user" + (who === "judge" ? " judge" : ""), "aria-label": label }, el("div", { className: "who" }, label), ...blocks(entry.content, entry.key, true));
   }
   const model = meta["crow/model"];
   return el("article", { className: "entry agent", "aria-label": "Agent" }, ...blocks(entry.content, entry.key), model ? el("div", { className: "muted small" }, model) : null);

@@ -116,7 +116,11 @@ export class VirtualList {
       keep.add(item.key);
       let drawn = this.drawn.get(item.key);
       if (!drawn || drawn.v !== item.v) {
-        const node = this.render(item);
+        // A row of its own holds the entry's margins (display: flow-root), so its
+        // measured height is all the room it takes.
+        const node = document.createElement("div");
+        node.className = "vrow";
+        node.append(this.render(item));
         node.dataset.key = item.key;
         if (drawn) {
           this.observer.unobserve(drawn.node);
