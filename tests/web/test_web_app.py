@@ -13,6 +13,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from crow_testing.web_seed import seed_session
 
 pytest.importorskip("playwright")
 
+CROW = [sys.executable, "-m", "crow"]
 LONG_SESSION = "sess_seeded_long_0001"
 LONG_UPDATES = 10_000
 PASS = ToolCalls(calls=[("verdict", {"pass": True, "reasons": ["hello.txt holds hello"]})])
@@ -43,10 +46,10 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    folder = tmp_path / "project"
-    folder.mkdir()
-    return folder
+def workdir() -> Iterator[Path]:
+    """A project folder with a short name (as the screenshots show it)."""
+    with tempfile.TemporaryDirectory(prefix="project-") as folder:
+        yield Path(folder)
 
 
 def open_app(page: Any, web: Any, token: str | None = None) -> None:
@@ -63,7 +66,9 @@ def new_session(page: Any, cwd: Path, *, verify: bool = False) -> str:
     found = re.search(r"#/s/([^/?#]+)", page.url)
     assert found, page.url
     session_id = found.group(1)
-    page.wait_for_selector(f'body[data-opened="{session_id}"]', state="attached", timeout=TIMEOUT_MS)
+    page.wait_for_selector(
+        f'body[data-opened="{session_id}"]', state="attached", timeout=TIMEOUT_MS
+    )
     return session_id
 
 
@@ -187,8 +192,8 @@ def test_what_the_model_and_tools_write_is_shown_as_text(web, page, workdir):
     shown = history(page)
     assert shown.count("<script>window.__xss = 1</script>") >= 3, shown  # prompt, tool, reply
     assert page.evaluate("window.__xss") is None
-    assert page.eval_on_selector_all("#history script, #history img, #history [onerror]", "n => n.length") == 0
-    assert page.eval_on_selector_all("#history a[href^='javascript']", "n => n.length") == 0
+    active = "#history script, #history img, #history [onerror], #history a[href^='javascript']"
+    assert page.eval_on_selector_all(active, "n => n.length") == 0
 
 
 # ---- several clients --------------------------------------------------------------------
@@ -196,9 +201,9 @@ def test_a_second_client_prompts_while_the_page_watches(web, page, workdir):
     open_app(page, web)
     session_id = new_session(page, workdir)
     web.model.script(Text(text="answered in the terminal"))
+    attach = ["--url", web.acp_url, "--session", session_id, "--cwd", str(workdir)]
     ran = subprocess.run(
-        [sys.executable, "-m", "crow", "run", "--url", web.acp_url, "--session", session_id]
-        + ["--cwd", str(workdir), "asked from the terminal"],
+        [*CROW, "run", *attach, "asked from the terminal"],
         capture_output=True,
         text=True,
         timeout=60,

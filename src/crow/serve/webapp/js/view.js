@@ -8,7 +8,7 @@ import { clip, el } from "./dom.js";
 import { codeBlock } from "./markdown.js";
 import { renderEntry, view as renderView } from "./render.js";
 import { confirmDelete, stateBadge } from "./sessions.js";
-import { SessionState, textOf } from "./session.js";
+import { NOTICE as NOTICE_KEY, SessionState, VERDICT as VERDICT_KEY, textOf } from "./session.js";
 import { VirtualList } from "./vlist.js";
 
 const $ = (id) => document.getElementById(id);
@@ -84,6 +84,8 @@ export class SessionView {
     this.close();
     const session = new SessionState(sessionId);
     this.current = session;
+    this.lastState = null;
+    this.said = null;
     session.listeners.add((what) => this.changed(what));
     $("session-title").textContent = "opening…";
     $("session-cwd").textContent = sessionId;
@@ -188,10 +190,32 @@ export class SessionView {
 
   changed(what) {
     if (what.added || what.entry || what.removed) this.list.changed();
+    const entry = what.entry || what.added;
+    if (entry && entry.type === "message" && entry.role === "agent" && !this.current.replaying) this.stream(entry);
     if (what.header || what.state) this.header();
     if (what.config) this.drawConfig();
     if (what.queue) this.drawQueue();
-    if (what.state && this.current && this.current.state === "idle" && !this.current.replaying) this.announceReply();
+    if (what.state && this.current) {
+      const was = this.lastState;
+      this.lastState = this.current.state;
+      if (was && was !== "idle" && this.current.state === "idle" && !this.current.replaying) this.announceReply();
+    }
+  }
+
+  // A screen reader hears a streaming reply in pieces: what is new, every 2 s at most.
+  stream(entry) {
+    if (entry.meta && (entry.meta[VERDICT_KEY] || entry.meta[NOTICE_KEY])) return;
+    this.streaming = entry;
+    if (this.streamTimer) return;
+    this.streamTimer = setTimeout(() => {
+      this.streamTimer = 0;
+      const current = this.streaming;
+      const text = textOf(current.content);
+      const said = this.said && this.said.id === current.id ? this.said.length : 0;
+      const fresh = text.slice(said).trim();
+      this.said = { id: current.id, length: text.length };
+      if (fresh) $("live").textContent = fresh;
+    }, 2000);
   }
 
   announceReply() {
@@ -199,7 +223,10 @@ export class SessionView {
     for (let i = entries.length - 1; i >= 0; i--) {
       const entry = entries[i];
       if (entry.type === "message" && entry.role === "agent") {
-        $("live").textContent = `The agent replied: ${clip(textOf(entry.content), 300)}`;
+        const said = this.said && this.said.id === entry.id ? this.said.length : 0;
+        const rest = textOf(entry.content).slice(said).trim();
+        this.said = { id: entry.id, length: textOf(entry.content).length };
+        $("live").textContent = (rest ? clip(rest, 600) + " " : "") + "(The turn ended.)";
         return;
       }
       if (entry.type === "message" && entry.role === "user") return;
