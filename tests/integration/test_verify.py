@@ -401,5 +401,8 @@ async def test_one_client_judges_a_session_and_only_a_judge_speaks_as_one(server
         assert key == handout["key"]
         proven = proven_verdict(key, session.id, posted.meta, posted.text)
         assert proven is not None and proven["verifier"] == "crow judge"
+        # The list shows each session's last verdict (the web app's badge).
+        [listed] = [s for s in (await other.list_sessions()).sessions if s.session_id == session.id]
+        assert listed.meta[VERDICT] == {"verdict": "pass", "text": "✓ verified: b"}
         for c in (client, judge, other):
             await c.aclose()

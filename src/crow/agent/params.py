@@ -12,7 +12,7 @@ from typing import Any
 
 from crow.acp import InvalidParams, schema
 from crow.config import Config
-from crow.extensions import AFTER_CURSOR, JUDGE_OF, SEQ
+from crow.extensions import AFTER_CURSOR, JUDGE_OF, SEQ, STATE, STOP_REASON, VERDICT
 from crow.models.router import ModelRouter
 from crow.store.db import SessionRecord
 
@@ -87,9 +87,15 @@ def session_info(record: SessionRecord) -> schema.SessionInfo:
         info.title = record.title
     if record.additional_directories:
         info.additional_directories = record.additional_directories
+    meta: dict[str, Any] = {STATE: record.state}
+    if record.stop_reason:
+        meta[STOP_REASON] = record.stop_reason
+    if isinstance(verdict := record.config.get("lastVerdict"), dict):
+        meta[VERDICT] = verdict
     judged = record.config.get("judgeOf")
     if isinstance(judged, str):  # a judge session: crow sessions hides it by default
-        info.meta = {JUDGE_OF: judged}
+        meta[JUDGE_OF] = judged
+    info.meta = meta
     return info
 
 

@@ -67,7 +67,9 @@ class Prompts:
         started, or what was steered; raises RequestCancelled if it was withdrawn."""
         if not session.busy and not session.held and await self._free_elsewhere(session):
             try:
-                return await self.start_turn(session, blocks, origin=origin)
+                return await self.start_turn(
+                    session, blocks, origin=origin, client=client_name(watcher)
+                )
             except InvalidParams as exc:
                 if not (self.store.shared and mode == "queue" and _elsewhere(exc)):
                     raise  # a turn on another server took it first: wait behind it
@@ -76,7 +78,7 @@ class Prompts:
         content = self._user_content(blocks)  # a refused prompt is refused now, not held
         turn = session.turn
         if mode == "steer" and turn is not None and turn.takes_steers:
-            return Steered(await turn.steer(blocks, content, origin))
+            return Steered(await turn.steer(blocks, content, origin, client_name(watcher)))
         if mode != "queue" and not self.store.shared:
             raise busy(session.id)  # (steering a turn that is ending: refused as busy)
         return await self._hold(session, watcher, blocks, origin)
@@ -106,7 +108,11 @@ class Prompts:
                     raise RequestCancelled("The held prompt was withdrawn")
                 try:
                     return await self.start_turn(
-                        session, blocks, origin=origin, message_id=held.message_id
+                        session,
+                        blocks,
+                        origin=origin,
+                        client=client_name(watcher),
+                        message_id=held.message_id,
                     )
                 except InvalidParams as exc:
                     data = exc.data if isinstance(exc.data, dict) else {}
@@ -171,13 +177,15 @@ class Prompts:
         blocks: list[Any],
         *,
         origin: str | None = None,
+        client: str | None = None,
         message_id: str | None = None,
     ) -> Turn:
         """Start a prompt turn (v2 ContentBlock models); it runs until idle.
 
         Raises InvalidParams if the session is busy (here or in another
         process) or a block is refused.  ``origin`` (a prompt's ``_meta["crow/from"]``,
-        e.g. "judge") is shown on its ``user_message``.  Once this returns, the prompt is
+        e.g. "judge") and ``client`` (the sending client's name) are shown on its
+        ``user_message``.  Once this returns, the prompt is
         acknowledged and its turn ends in ``idle`` whatever happens; the turn's
         first update goes out after this returns.
         """
@@ -197,7 +205,7 @@ class Prompts:
                 blocks=blocks,
                 content=content,
             )
-            turn.origin = origin
+            turn.origin, turn.client = origin, client
             turn.start().add_done_callback(lambda _: self.host.unload_if_unwatched(session))
             started = True
             if session.cancel_on_start is not None:
@@ -216,8 +224,13 @@ def _elsewhere(exc: InvalidParams) -> bool:
     return isinstance(exc.data, dict) and bool(exc.data.get("elsewhere"))
 
 
-def _sender(watcher: Watcher) -> str:
-    """Who a watcher's prompts are from, as its client named itself."""
+def client_name(watcher: Watcher) -> str | None:
+    """The name a watcher's client gave itself (``clientInfo.name``), if any."""
     info = getattr(getattr(watcher, "side", None), "client_info", None)
     name = getattr(info, "name", None) or getattr(watcher, "client_name", None)
-    return str(name) if name else "a client"
+    return str(name) if name else None
+
+
+def _sender(watcher: Watcher) -> str:
+    """Who a watcher's prompts are from, as its client named itself."""
+    return client_name(watcher) or "a client"

@@ -43,7 +43,16 @@ from crow.acp import (
     schema,
 )
 from crow.config import Config
-from crow.extensions import FROM, POST_JUDGING, POST_VERDICT, REPLAY_FROM, VERIFY
+from crow.extensions import (
+    FROM,
+    MEMORY_FORGET,
+    MEMORY_REMEMBER,
+    MEMORY_SEARCH,
+    POST_JUDGING,
+    POST_VERDICT,
+    REPLAY_FROM,
+    VERIFY,
+)
 from crow.models.errors import ModelError
 from crow.models.router import ModelRouter
 from crow.observe import tracing
@@ -59,6 +68,7 @@ from . import verdicts
 from .cluster import Cluster
 from .content import prompt_capabilities
 from .host import Follower
+from .memory_panel import MemoryPanel
 from .methods import SessionMethods, clients
 from .params import (
     SUPPORTED_REPLAY,
@@ -102,6 +112,7 @@ class CrowAgent:
         self.methods = SessionMethods(self)
         self.judge: Follower | None = None  # set by crow serve
         self.memory = MemoryRelease(self._quiet)
+        self.memory_panel = MemoryPanel(config, self.live)
         close_interrupted_turns(store)  # before serving anyone: one quick query when clean
 
     # ---- wiring -----------------------------------------------------------------
@@ -140,6 +151,11 @@ class CrowAgent:
             POST_VERDICT: self.post_verdict,
             POST_JUDGING: self.judging_started,
         }
+        if not follower:  # a client's memory panel (crow.agent.memory_panel)
+            panel = self.memory_panel
+            handlers[MEMORY_SEARCH] = _extra(panel.search)
+            handlers[MEMORY_REMEMBER] = _extra(panel.remember)
+            handlers[MEMORY_FORGET] = _extra(panel.forget)
         for method, handler in handlers.items():
             side.handle(method, _bind(handler, watcher))
         if self.config.tools.acp_servers and not follower:
@@ -315,6 +331,15 @@ class CrowAgent:
 
     def config_options(self, session: LiveSession) -> list[schema.SessionConfigOption]:
         return config_options(self.config, self.router, session.model)
+
+
+def _extra(handler: Any) -> Any:
+    """A handler of a custom method, given its params as a dict."""
+
+    async def extra(watcher: Watcher, params: Any) -> Any:
+        return await handler(watcher, getattr(params, "model_extra", None) or {})
+
+    return extra
 
 
 def _bind(handler: Any, watcher: Watcher) -> Any:

@@ -55,7 +55,11 @@ class RunningTurn(Protocol):
     async def wait(self) -> None: ...
 
     async def steer(
-        self, blocks: list[Any], content: list[dict[str, Any]], origin: str | None
+        self,
+        blocks: list[Any],
+        content: list[dict[str, Any]],
+        origin: str | None,
+        client: str | None = None,
     ) -> str:
         """Put a prompt into the running turn; returns its message id."""
         ...

@@ -102,6 +102,7 @@ class Turn:
         self.system: str | None = None  # the system prompt, once composed
         self.command = commands.parse(blocks)  # a slash command is not model input
         self.origin: str | None = None  # who sent the prompt, if not a person ("judge")
+        self.client: str | None = None  # the name of the client that sent it
         self.stop_reason: str | None = None  # set when the turn has ended
         self.error: str | None = None  # the error message of a turn that ended in "error"
         self.task: asyncio.Task[None] | None = None
@@ -196,7 +197,8 @@ class Turn:
 
     async def begin(self) -> None:
         session = self.session
-        user = user_message(self.message_id, [b.to_wire() for b in self.blocks], self.origin)
+        blocks = [b.to_wire() for b in self.blocks]
+        user = user_message(self.message_id, blocks, self.origin, self.client)
         running = state_update("running")
         # A slash command is answered without the model: not in its history.
         prompt = [{"role": "user", "content": self.content}] if self.command is None else []
@@ -287,13 +289,17 @@ class Turn:
                 await _shielded(self.store.append_message(self.session.id, message))
 
     async def steer(
-        self, blocks: list[Any], content: list[dict[str, Any]], origin: str | None
+        self,
+        blocks: list[Any],
+        content: list[dict[str, Any]],
+        origin: str | None,
+        client: str | None = None,
     ) -> str:
         """Put a prompt into this running turn; returns its message id once it is logged
         (shown to every watcher, and in the model's history)."""
         message_id = new_id("msg")
         self.steers += 1
-        user = user_message(message_id, [b.to_wire() for b in blocks], origin)
+        user = user_message(message_id, [b.to_wire() for b in blocks], origin, client)
         prompt: dict[str, Any] = {"role": "user", "content": content}
         if self.in_reply:  # it belongs after the reply the model is giving now
             prompt[DURING_REPLY] = True

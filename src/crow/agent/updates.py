@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from crow.acp.errors import INTERNAL_ERROR
-from crow.extensions import FROM, NOTICE
+from crow.extensions import CLIENT, FROM, NOTICE
 from crow.ids import new_id, now
 
 __all__ = [
@@ -33,11 +33,15 @@ def text_content(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}]
 
 
-def user_message(message_id: str, content: list[Any], origin: str | None = None) -> Update:
-    """A prompt as the session shows it; ``origin`` (``_meta[FROM]``) when a program sent it."""
+def user_message(
+    message_id: str, content: list[Any], origin: str | None = None, client: str | None = None
+) -> Update:
+    """A prompt as the session shows it; ``origin`` (``_meta[FROM]``) when a program sent
+    it, ``client`` (``_meta[CLIENT]``) the name its client gave itself."""
     update: Update = {"sessionUpdate": "user_message", "messageId": message_id, "content": content}
-    if origin is not None:
-        update["_meta"] = {FROM: origin}
+    meta = {key: value for key, value in ((FROM, origin), (CLIENT, client)) if value is not None}
+    if meta:
+        update["_meta"] = meta
     return update
 
 

@@ -54,6 +54,8 @@ __all__ = [
 
 #: The longest judge prompt or answer kept in the judge's session.
 MAX_REASONING_CHARS = 200_000
+#: How much of the last verdict's text ``session/list`` shows.
+LIST_VERDICT_CHARS = 200
 #: Who signs a session's verdicts: crow serve's own judge, or a registered ``crow judge``.
 RESIDENT, EXTERNAL = "crow serve", "crow judge"
 
@@ -176,8 +178,9 @@ async def post_verdict(
     signed = sign(key, worker.id, {**verdict, "verifier": verifier}, text)
     metrics.verdict(str(verdict["verdict"]))
     seq = await worker.emit(agent_message(message_id, text, {VERDICT: signed}))
-    if seq is not None:
-        await _remember(agent, worker, judgedSeq=seq)
+    if seq is not None:  # the list shows the last one (crow.agent.params.session_info)
+        last = {"verdict": verdict["verdict"], "text": text[:LIST_VERDICT_CHARS]}
+        await _remember(agent, worker, judgedSeq=seq, lastVerdict=last)
     await close_judging(agent, worker, "completed")  # after its verdict: it ends the work
     return {"messageId": message_id, **answer}
 

@@ -18,7 +18,9 @@ the port, or a name in ``[server] allowed_hosts``; anything else gets 403.  A
 wildcard bind (``0.0.0.0``, ``::``) cannot know the names it is reached by and
 accepts any ``Host``: there the token is the only guard.  A request with an
 ``Origin`` header (a web page) is refused with 403 unless the origin is listed
-in ``[server] allowed_origins``.
+in ``[server] allowed_origins`` or is this server's own: the web app (crow.serve.web)
+on the ``Host`` the request names, when the host check named it (not on a wildcard
+bind, which takes any name: there only an address, never a name, counts as ours).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import asyncio
 import contextlib
 import errno
 import hmac
+import ipaddress
 import logging
 import secrets
 import socket
@@ -49,6 +52,7 @@ from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
 from .probes import ProbesApp
 from .stdio import Setup, serve_connection, start_agent
+from .web import WebApp
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
 
@@ -106,9 +110,11 @@ class HttpSecurity:
 
     def _origin_refusal(self, headers: dict[str, str]) -> Response | None:
         origin = headers.get("origin")
-        if origin is not None and origin not in self.allowed_origins:
-            return JSONResponse({"error": f"origin {origin} is not allowed"}, 403)
-        return None
+        if origin is None or origin in self.allowed_origins:
+            return None
+        if _same_origin(origin, headers) and (self.allowed_hosts is not None or _is_ip(headers)):
+            return None  # the web app, on a Host the host check named (no DNS rebinding)
+        return JSONResponse({"error": f"origin {origin} is not allowed"}, 403)
 
     def _token_refusal(self, headers: dict[str, str], scope: Scope) -> Response | None:
         if self.token is None:
@@ -124,6 +130,26 @@ class HttpSecurity:
 def _headers(scope: Scope) -> dict[str, str]:
     # latin-1 decodes any bytes: a header that is not UTF-8 cannot fail here.
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+def _same_origin(origin: str, headers: dict[str, str]) -> bool:
+    """The page is this server's own (the web app): its origin names the ``Host`` the
+    request came to, which the host check has let in.  Behind a TLS proxy that passes
+    ``Host`` on, the origin is https."""
+    host = headers.get("host", "").lower()
+    return bool(host) and origin.lower() in (f"http://{host}", f"https://{host}")
+
+
+def _is_ip(headers: dict[str, str]) -> bool:
+    """The ``Host`` is an address, not a name: no other site's page can have it as
+    its origin (DNS rebinding needs a name), so on a wildcard bind it is still ours."""
+    host = headers.get("host", "")
+    name = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _given_token(headers: dict[str, str], query: str) -> bytes:
@@ -224,13 +250,14 @@ async def _serve_on(
             metrics.connected(kind, -1)
 
     acp = AcpHttpApp(serve, limits=limits, check=security.check, on_expired=collect_now)
-    app = ProbesApp(
+    probes = ProbesApp(
         acp,
         agent,
         check_place=security.check_place,
         check_token=security.check_token,
         metrics_public=config.server.metrics_public,
     )
+    app = WebApp(probes, check_place=security.check_place)
     published: list[Path] = []  # the runtime file, once written
 
     class Server(uvicorn.Server):
@@ -339,6 +366,9 @@ async def _announce(
         print(f"crow: no runtime file, clients need the token: {exc}", file=sys.stderr)
     shown_url = f"{url}?token={quote(token, safe='')}" if token is not None else url
     print(f"crow: serving ACP at {shown_url}", file=sys.stderr, flush=True)
+    # In the fragment: a browser never sends it, so it reaches no log or Referer.
+    page = f"http://{shown}:{port}/" + (f"#token={quote(token, safe='')}" if token else "")
+    print(f"crow: web app at {page}", file=sys.stderr, flush=True)
 
 
 def _unpublish(published: list[Path]) -> None:
