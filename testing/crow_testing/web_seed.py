@@ -61,8 +61,6 @@ def _turn(n: int) -> list[dict[str, object]]:
         {
             "sessionUpdate": "agent_message",
             "messageId": f"msg_a_{n}",
-            "content": [
-                {"type": "text", "text": f"Answer **{n}**:\n\n```python\nprint({n})\n```"}
-            ],
+            "content": [{"type": "text", "text": f"Answer **{n}**:\n\n```python\nprint({n})\n```"}],
         },
     ]
