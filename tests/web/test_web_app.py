@@ -15,11 +15,13 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from crow_testing.fakemodel import Hang, Slow, Text, ToolCalls
+from crow_testing.fakemodel import Hang, ScriptedModel, Slow, Text, ToolCalls
+from crow_testing.serve_support import HttpServer, write_config
 from crow_testing.web_seed import seed_session
 
 pytest.importorskip("playwright")
@@ -32,9 +34,42 @@ XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
 TIMEOUT_MS = 20_000
 
 
-def seed(home: Path) -> None:
-    """The store's long session (before the server starts)."""
-    seed_session(home / "crow.db", LONG_SESSION, "/tmp", LONG_UPDATES)
+@dataclass
+class Served:
+    """The module's ``crow serve --http`` (the conftest's ``web`` is one per test)."""
+
+    server: HttpServer
+    model: ScriptedModel
+    home: Path
+
+    @property
+    def base(self) -> str:
+        return self.server.bare_url.removesuffix("/acp")
+
+    @property
+    def token(self) -> str:
+        return self.server.token
+
+    @property
+    def acp_url(self) -> str:
+        """For a line client: the ACP URL with its token."""
+        return self.server.url
+
+
+@pytest.fixture(scope="module")
+def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server for the module, its store holding a long session from the start."""
+    home = tmp_path_factory.mktemp("web") / "crow-home"
+    home.mkdir(mode=0o700)
+    with ScriptedModel() as model:
+        write_config(home, model.base_url, extra='[tools]\nbuiltin = ["fs", "terminal"]\n')
+        seed_session(home / "crow.db", LONG_SESSION, "/tmp", LONG_UPDATES)
+        env = {"CROW_HOME": str(home), "CROW_AGENTS_DIR": str(home / "agents")}
+        server = HttpServer(env=env)
+        try:
+            yield Served(server, model, home)
+        finally:
+            server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +78,20 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     print(f"screenshots in {folder}")
     return folder
+
+
+#: Tests whose page logs errors on purpose (a refused connection is logged by Chromium).
+NOISY = {"test_a_wrong_token_is_refused_with_a_clear_message"}
+
+
+@pytest.fixture(autouse=True)
+def page_without_errors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test's page ran without an uncaught error or a console error (a
+    Content-Security-Policy refusal is one)."""
+    page = request.getfixturevalue("page") if "page" in request.fixturenames else None
+    yield
+    if page is not None and request.node.name not in NOISY:
+        assert page.crow_errors == [], page.crow_errors
 
 
 @pytest.fixture

@@ -516,7 +516,7 @@ export class SessionView {
         ...memories.map((memory) => {
           const forget = el("button", { type: "button", className: "danger small-button", "aria-label": `Forget ${clip(memory.text, 40)}` }, "Forget");
           forget.addEventListener("click", () => this.forget(memory));
-          return el("li", {}, el("div", {}, String(memory.text)), el("div", { className: "muted small" }, [memory.scope, memory.createdAt].filter(Boolean).join(" · ")), forget);
+          return el("li", {}, el("div", {}, String(memory.text)), el("div", { className: "muted small" }, [memory.scope, memory.created || memory.createdAt].filter(Boolean).join(" · ")), forget);
         }),
       );
       if (!memories.length) $("memory-message").textContent = "Nothing found.";
@@ -532,8 +532,8 @@ export class SessionView {
     try {
       await this.rpc.request("_crow/memory/remember", { sessionId: session.id, text });
       $("memory-text").value = "";
+      if ($("memory-query").value) await this.searchMemory();
       $("memory-message").textContent = "Remembered.";
-      if ($("memory-query").value) this.searchMemory();
     } catch (error) {
       $("memory-message").textContent = `Not remembered: ${error.message}`;
     }
@@ -542,9 +542,13 @@ export class SessionView {
   async forget(memory) {
     const session = this.current;
     try {
-      await this.rpc.request("_crow/memory/forget", { sessionId: session.id, id: memory.id });
+      const answer = await this.rpc.request("_crow/memory/forget", { sessionId: session.id, id: memory.id });
+      if (answer && answer.forgotten === false) {
+        $("memory-message").textContent = "It was already gone.";
+        return this.searchMemory();
+      }
+      await this.searchMemory();
       $("memory-message").textContent = "Forgotten.";
-      this.searchMemory();
     } catch (error) {
       $("memory-message").textContent = `Not forgotten: ${error.message}`;
     }
