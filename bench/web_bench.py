@@ -7,9 +7,9 @@ updates (crow_testing.web_seed), then, each round in a fresh browser context:
 
 - first paint: from navigation to the first contentful paint of ``/#token=...``,
   and to the sessions list drawn (connected, listed);
-- open: from asking for the long session to its last reply on screen (the replay
-  through ``session/resume`` and the drawing), and the resume alone as the page
-  timed it;
+- open: from asking for the long session to its last reply on screen, and the
+  replay alone as the page timed it (over HTTP in bulk, then the WebSocket's
+  resume from there: crow/serve/webapp/js/replay.js);
 - scroll: the page scrolled from the bottom to the top in 60 steps, one per frame:
   the median and worst frame time, and how many history rows the DOM held.
 
@@ -112,7 +112,7 @@ def main() -> None:
                     page.wait_for_selector(f'body[data-opened="{SESSION}"]', state="attached")
                     page.wait_for_selector(f"text=Answer {turns - 1}:")
                     opened.append((time.perf_counter() - started) * 1000)
-                    resumed.append(page.evaluate("window.crowTimings.resumeMs"))
+                    resumed.append(page.evaluate("window.crowTimings.openMs"))
                     scrolled = page.evaluate(SCROLL)
                     frames.append(statistics.median(scrolled["times"]))
                     worst.append(max(scrolled["times"]))
@@ -125,7 +125,7 @@ def main() -> None:
     print(summary("first contentful paint", paint))
     print(summary("sessions list shown", listed))
     print(summary("long session open (to last reply)", opened))
-    print(summary("  of which session/resume", resumed))
+    print(summary("  of which the replay (as timed)", resumed))
     print(summary("scroll: median frame", frames))
     print(summary("scroll: worst frame", worst))
     print(f"{'history rows in the DOM':<34} at most {max(rows)}")

@@ -3,7 +3,14 @@
 
 import { Rpc } from "./rpc.js";
 import { SessionsView } from "./sessions.js";
-import { SessionView } from "./view.js";
+
+// The session view (Markdown, highlighting, diffs) loads when first wanted, or once
+// the list is up: the list does not wait for it.
+let sessionView = null;
+function loadSessionView() {
+  sessionView = sessionView || import("./view.js");
+  return sessionView;
+}
 
 const TOKEN_KEY = "crow.token";
 const VERSION = "2.0.0";
@@ -30,7 +37,7 @@ class App {
     this.connected = false;
     this.retry = 0;
     this.sessions = new SessionsView(this);
-    this.session = new SessionView(this);
+    this.session = null; // a SessionView, once loaded
     this.permissionHandler = null;
     $("login-form").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -100,17 +107,17 @@ class App {
     const rpc = new Rpc(`${scheme}${location.host}/acp?token=${encodeURIComponent(token)}`);
     rpc.onNotification = (method, params) => this.notification(method, params);
     rpc.onRequest = (method, params, id) => this.request(method, params, id);
-    rpc.onCancelRequest = (params) => this.session.cancelAsk(params.requestId);
+    rpc.onCancelRequest = (params) => this.session && this.session.cancelAsk(params.requestId);
     rpc.onClose = () => {
       this.connected = false;
-      this.session.disconnected();
+      if (this.session) this.session.disconnected();
       this.reconnectLater("the connection closed");
     };
     await rpc.connect();
     this.rpc = rpc;
     this.agent = await rpc.request("initialize", {
       protocolVersion: 2,
-      info: { name: "crow-web", title: "Crow web app", version: VERSION },
+      info: this.clientInfo,
       capabilities: {},
     });
     this.connected = true;
@@ -135,9 +142,17 @@ class App {
         }
         return this.reconnectLater("not reachable");
       }
-      this.session.reconnected();
-      if (!this.session.current) this.route();
+      if (this.session && this.session.current) this.session.reconnected();
+      else this.route();
     }, delay);
+  }
+
+  get token() {
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  get clientInfo() {
+    return { name: "crow-web", title: "Crow web app", version: VERSION };
   }
 
   get capabilities() {
@@ -147,28 +162,37 @@ class App {
   notification(method, params) {
     if (method === "session/update") {
       this.sessions.observe(params);
-      this.session.update(params);
+      if (this.session) this.session.update(params);
     }
   }
 
   async request(method, params, id) {
-    if (method === "session/request_permission") return this.session.ask(params, id);
+    if (method === "session/request_permission") return (await this.sessionView()).ask(params, id);
     const error = new Error(`the web app does not handle ${method}`);
     error.code = -32601;
     throw error;
   }
 
-  route() {
+  async sessionView() {
+    if (!this.session) {
+      const { SessionView } = await loadSessionView();
+      this.session = this.session || new SessionView(this);
+    }
+    return this.session;
+  }
+
+  async route() {
     if (!this.connected) return;
     const hash = location.hash || "#/";
     const open = /^#\/s\/([^/?#]+)/.exec(hash);
     if (open) {
       this.showOnly("session-view");
-      this.session.open(decodeURIComponent(open[1]));
+      (await this.sessionView()).open(decodeURIComponent(open[1]));
     } else {
-      this.session.close();
+      if (this.session) this.session.close();
       this.showOnly("sessions-view");
-      this.sessions.load();
+      await this.sessions.load();
+      setTimeout(loadSessionView, 0); // ready before it is asked for
     }
   }
 }

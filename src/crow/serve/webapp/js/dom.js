@@ -37,3 +37,9 @@ export function clip(text, limit) {
   const one = String(text || "").replace(/\s+/g, " ").trim();
   return one.length <= limit ? one : one.slice(0, limit - 1) + "…";
 }
+
+// A judge's verdict as a badge: pass, fail or unknown.
+export function verdictBadge(value) {
+  const kind = ["pass", "fail"].includes(value) ? value : "unknown";
+  return el("span", { className: `badge verdict-${kind}` }, kind === "pass" ? "✓ pass" : kind === "fail" ? "✗ fail" : "? unknown");
+}

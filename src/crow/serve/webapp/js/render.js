@@ -2,7 +2,7 @@
 // is set as text, or as Markdown sanitized by markdown.js: never as live HTML.
 
 import { diffView } from "./diff.js";
-import { clip, el } from "./dom.js";
+import { clip, el, verdictBadge } from "./dom.js";
 import { codeBlock, markdown } from "./markdown.js";
 import { DIFF, JUDGING, NOTICE, RECALLED, VERDICT, textOf } from "./session.js";
 
@@ -34,8 +34,11 @@ export function renderEntry(entry, session) {
 
 // A <details> whose open state survives redraws (keyed by entry and part).
 function folding(key, openByDefault, summary, ...body) {
-  const details = el("details", { className: "fold" }, el("summary", {}, summary), ...body);
+  const head = el("summary", {}, summary);
+  const details = el("details", { className: "fold" }, head, ...body);
   details.open = view.open.has(key) ? view.open.get(key) : openByDefault;
+  // Kept at the click (a redraw may come before the toggle event) and at the toggle.
+  head.addEventListener("click", () => view.open.set(key, !details.open));
   details.addEventListener("toggle", () => view.open.set(key, details.open));
   return details;
 }
@@ -91,10 +94,6 @@ function message(entry, session) {
   return el("article", { className: "entry agent", "aria-label": "Agent" }, ...blocks(entry.content, entry.key), model ? el("div", { className: "muted small" }, model) : null);
 }
 
-export function verdictBadge(value) {
-  const kind = ["pass", "fail"].includes(value) ? value : "unknown";
-  return el("span", { className: `badge verdict-${kind}` }, kind === "pass" ? "✓ pass" : kind === "fail" ? "✗ fail" : "? unknown");
-}
 
 function verdict(data, text) {
   const reasons = Array.isArray(data.reasons) ? data.reasons : [];

@@ -1,8 +1,7 @@
 // The sessions list: title, folder, last activity, state, last verdict; search,
 // folder filter, judge sessions on demand; create and delete.
 
-import { clip, el, relativeTime } from "./dom.js";
-import { verdictBadge } from "./render.js";
+import { clip, el, relativeTime, verdictBadge } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 const MAX_PAGES = 20;

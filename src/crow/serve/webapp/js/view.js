@@ -7,6 +7,7 @@ import { diffView } from "./diff.js";
 import { clip, el } from "./dom.js";
 import { codeBlock } from "./markdown.js";
 import { renderEntry, view as renderView } from "./render.js";
+import { replayOverHttp } from "./replay.js";
 import { confirmDelete, stateBadge } from "./sessions.js";
 import { NOTICE as NOTICE_KEY, SessionState, VERDICT as VERDICT_KEY, textOf } from "./session.js";
 import { VirtualList } from "./vlist.js";
@@ -109,7 +110,28 @@ export class SessionView {
     this.info = info;
     session.title = info.title || null;
     this.header();
-    await this.resume({ type: "start" });
+    const started = performance.now();
+    // The history in bulk over HTTP, then live over the WebSocket from where it ended.
+    session.replaying = true;
+    this.list.pause(true);
+    let from = { type: "start" };
+    try {
+      const params = { sessionId, cwd: info.cwd, mcpServers: [], replayFrom: { type: "start" } };
+      await replayOverHttp(this.app.token, this.app.clientInfo, params, (update) => {
+        if (this.current === session && update.sessionId === sessionId) session.apply(update);
+      });
+      if (session.lastSeq > 0) from = { type: "_crow/after", seq: session.lastSeq };
+    } catch {
+      // not over HTTP (a proxy that passes only the WebSocket): all of it over the WebSocket
+    }
+    if (this.current !== session) return;
+    try {
+      await this.resume(from);
+    } catch {
+      return; // said in the composer's message
+    }
+    window.crowTimings = { openMs: performance.now() - started, entries: session.entries.length, over: from.type === "start" ? "websocket" : "http" };
+    document.body.dataset.opened = session.id;
   }
 
   // The session's list row (its cwd, which resuming needs).
@@ -132,7 +154,7 @@ export class SessionView {
     if (replayFrom) params.replayFrom = replayFrom;
     if (meta) params._meta = meta;
     session.replaying = Boolean(replayFrom);
-    const started = performance.now();
+    this.list.pause(session.replaying); // a replay is drawn once, when it is all in
     try {
       const answer = await this.rpc.request("session/resume", params);
       if (this.current !== session) return answer;
@@ -148,10 +170,8 @@ export class SessionView {
       throw error;
     } finally {
       session.replaying = false;
-      this.list.changed();
+      this.list.pause(false);
       this.header();
-      window.crowTimings = { ...(window.crowTimings || {}), resumeMs: performance.now() - started, entries: session.entries.length };
-      document.body.dataset.opened = session.id;
     }
   }
 
@@ -162,8 +182,7 @@ export class SessionView {
     this.info = null;
     this.attachments = [];
     this.drawAttachments();
-    for (const [id, ask] of this.asks) if (ask.params.sessionId) this.dropAsk(id, false);
-    $("memory-list").replaceChildren();
+    $("memory-list").replaceChildren(); // (a question asked stays until it is answered)
   }
 
   disconnected() {
@@ -386,7 +405,7 @@ export class SessionView {
       "section",
       { className: "ask card", role: "alertdialog", "aria-label": `Permission: ${params.title || "the agent asks"}` },
       el("h2", {}, String(params.title || "The agent asks for permission")),
-      here ? null : el("p", { className: "muted small" }, `in session ${params.sessionId}`),
+      here ? null : el("p", { className: "small" }, "in ", el("a", { href: `#/s/${encodeURIComponent(params.sessionId)}` }, `session ${params.sessionId}`)),
       params.description ? el("p", {}, String(params.description)) : null,
       this.whatItDoes(params),
       el("div", { className: "row wrap ask-options" }, buttons),

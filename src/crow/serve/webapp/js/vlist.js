@@ -68,7 +68,14 @@ export class VirtualList {
     this.schedule();
   }
 
+  // While paused (a replay arriving), nothing is drawn: it is drawn once, at the end.
+  pause(paused) {
+    this.paused = paused;
+    if (!paused) this.changed();
+  }
+
   schedule() {
+    if (this.paused) return;
     if (!this.frame) this.frame = requestAnimationFrame(() => {
       this.frame = 0;
       this.draw();
