@@ -180,7 +180,7 @@ def test_a_turn_streams_asks_permission_in_the_page_and_gets_a_verdict(web, page
     page.press("#prompt", "Enter")
     ask = page.wait_for_selector(".ask", timeout=TIMEOUT_MS)
     assert "Allow Write" in ask.inner_text() and "(new file)" in ask.inner_text()
-    assert page.inner_text(".ask .diff td.add") == "hello"  # what will be written
+    assert page.inner_text(".ask .diff tr.add td.text") == "+hello"  # what will be written
     assert page.get_attribute("#session-state", "class") == "badge state-requires_action"
     page.screenshot(path=str(shots / "permission.png"))
     assert page.evaluate("document.activeElement.textContent") == "Allow once"  # focused
@@ -196,6 +196,26 @@ def test_a_turn_streams_asks_permission_in_the_page_and_gets_a_verdict(web, page
     assert page.inner_text(".entry.user") == "You\n\nwrite\nhello.txt"
     assert "Wrote hello.txt as asked." in shown and "hello.txt holds hello" in shown
     assert "turn ended" in shown
+    # An edit: its question and its diff side by side (the page is wide), then unified.
+    web.model.script(
+        ToolCalls(
+            calls=[("fs__edit", {"path": str(target), "old_text": "hello", "new_text": "hi"})]
+        ),
+        Text(text="Edited."),
+        PASS,
+    )
+    prompt(page, "say hi instead")
+    page.wait_for_selector(".ask .diff td.del", timeout=TIMEOUT_MS)
+    assert page.inner_text(".ask .diff td.del") == "hello"
+    assert page.inner_text(".ask .diff td.add") == "hi"
+    page.click(".ask button:text('Allow once')")
+    page.wait_for_selector(".verdict >> nth=1", timeout=TIMEOUT_MS)
+    assert target.read_text() == "hi\n"
+    edit = page.locator(".entry.tool").nth(1)  # the write, then the edit
+    assert edit.locator(".diff td.del").inner_text() == "hello"
+    edit.locator(".diff-toggle").click()  # to unified
+    assert edit.locator(".diff tr.del td.text").inner_text() == "-hello"
+    assert edit.locator(".diff tr.add td.text").inner_text() == "+hi"
     page.screenshot(path=str(shots / "session.png"))
     # Reloaded: the same history, replayed, once.
     page.reload()

@@ -142,9 +142,11 @@ export function diffView(patch, layout, changes) {
     for (const file of files) {
       const name = file.isNew ? `${file.path} (new file)` : file.isDeleted ? `${file.oldPath} (deleted)` : file.path;
       root.append(el("div", { className: "diff-file" }, name || "(file)"));
-      const table = el("table", { className: layout.split ? "diff-table split" : "diff-table" });
+      // Side by side only where something is taken away (a new file has no left side).
+      const split = layout.split && file.hunks.some((h) => h.lines.some((l) => l.t === "-"));
+      const table = el("table", { className: split ? "diff-table split" : "diff-table" });
       const body = el("tbody");
-      for (const hunk of file.hunks) body.append(...(layout.split ? splitRows(hunk) : unifiedRows(hunk)));
+      for (const hunk of file.hunks) body.append(...(split ? splitRows(hunk) : unifiedRows(hunk)));
       table.append(body);
       root.append(el("div", { className: "diff-scroll" }, table));
     }

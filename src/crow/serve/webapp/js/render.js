@@ -229,8 +229,9 @@ function toolCall(entry, session) {
     el("span", { className: "tool-title" }, String(title)),
     el("span", { className: "muted small" }, entry.kind && entry.kind !== "other" ? entry.kind : ""),
   );
+  const shownDiff = hasDiff || Boolean(diffMeta && diffMeta.patch);
   const body = [
-    input ? (input.split("\n").length > FOLD_LINES ? folding(entry.key + ":in", false, "input", codeBlock(input)) : el("div", { className: "part" }, el("div", { className: "part-label" }, "input"), codeBlock(input, entry.rawInput && typeof entry.rawInput === "object" && !entry.rawInput.command ? "json" : "bash"))) : null,
+    input ? (shownDiff || input.split("\n").length > FOLD_LINES ? folding(entry.key + ":in", false, "input", codeBlock(input)) : el("div", { className: "part" }, el("div", { className: "part-label" }, "input"), codeBlock(input, entry.rawInput && typeof entry.rawInput === "object" && !entry.rawInput.command ? "json" : "bash"))) : null,
     locations.length ? el("div", { className: "muted small" }, locations.map((l) => l.path + (l.line ? `:${l.line}` : "")).join(", ")) : null,
     ...parts,
   ];
