@@ -62,7 +62,10 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     home = tmp_path_factory.mktemp("web") / "crow-home"
     home.mkdir(mode=0o700)
     with ScriptedModel() as model:
-        write_config(home, model.base_url, extra='[tools]\nbuiltin = ["fs", "terminal"]\n')
+        memory = f'[memory]\nembedder = "openai"\nurl = "{model.base_url}"\n'  # its embeddings
+        write_config(
+            home, model.base_url, extra='[tools]\nbuiltin = ["fs", "terminal", "memory"]\n' + memory
+        )
         seed_session(home / "crow.db", LONG_SESSION, "/tmp", LONG_UPDATES)
         env = {"CROW_HOME": str(home), "CROW_AGENTS_DIR": str(home / "agents")}
         server = HttpServer(env=env)
@@ -265,6 +268,30 @@ def test_what_the_model_and_tools_write_is_shown_as_text(web, page, workdir):
     assert page.eval_on_selector_all(active, "n => n.length") == 0
 
 
+def test_a_text_file_is_attached_and_a_prompt_sent_while_busy_waits_in_the_queue(
+    web, page, workdir
+):
+    notes = workdir / "notes.txt"
+    notes.write_text("the port is 8765\n")
+    open_app(page, web)
+    new_session(page, workdir)
+    web.model.script(Slow("still thinking", 4, 0.5), Text(text="noted"))
+    page.set_input_files("#attach", str(notes))
+    page.wait_for_selector("#attachments .chip:has-text('notes.txt')")
+    prompt(page, "read the notes")
+    page.wait_for_selector("#session-state.state-running", timeout=TIMEOUT_MS)
+    prompt(page, "and then this")  # held until the turn ends
+    page.wait_for_selector("#queue:not([hidden]) li:has-text('and then this')", timeout=TIMEOUT_MS)
+    page.wait_for_selector("text=noted", timeout=TIMEOUT_MS)
+    wait_idle(page)
+    assert page.is_hidden("#queue")
+    first = web.model.requests[-2]["messages"][-1]["content"]
+    assert "the port is 8765" in str(first)  # the file went with the prompt
+    assert page.locator(".entry.user").count() == 2
+    page.click(".entry.user summary")  # the attachment, unfolded
+    assert "the port is 8765" in page.inner_text(".entry.user")
+
+
 # ---- several clients --------------------------------------------------------------------
 def test_a_second_client_prompts_while_the_page_watches(web, page, workdir):
     open_app(page, web)
@@ -347,6 +374,13 @@ def test_the_memory_panel_adds_finds_and_forgets(web, page, workdir):
     page.fill("#memory-text", "the build runs with make check")
     page.click("#memory-add button[type=submit]")
     page.wait_for_selector("#memory-message:text('Remembered.')", timeout=TIMEOUT_MS)
+    # Recalled into the next turn by itself: shown as what the model was given.
+    web.model.script(Text(text="Run make check."))
+    prompt(page, "how does the build run? make check?")
+    page.wait_for_selector(
+        ".recalled:has-text('the build runs with make check')", timeout=TIMEOUT_MS
+    )
+    wait_idle(page)
     page.fill("#memory-query", "build")
     page.press("#memory-query", "Enter")
     page.wait_for_selector("#memory-list li:has-text('make check')", timeout=TIMEOUT_MS)
