@@ -3,7 +3,7 @@
     python bench/web_bench.py [--updates 10000] [--rounds 5]
 
 Starts ``crow serve --http`` on a fresh home whose store holds one session of N
-updates (crow_testing.web_seed), then, each round in a fresh browser context:
+updates (crow_testing.web_support), then, each round in a fresh browser context:
 
 - first paint: from navigation to the first contentful paint of ``/#token=...``,
   and to the sessions list drawn (connected, listed);
@@ -31,19 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "testing")]
 
 from crow_testing.serve_support import HttpServer, write_config  # noqa: E402
-from crow_testing.web_seed import seed_session  # noqa: E402
+from crow_testing.web_support import CHROMIUM, CHROMIUM_ARGS, seed_session  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SESSION = "sess_web_bench_long"
 
 SCROLL = """async () => {
@@ -94,7 +83,7 @@ def main() -> None:
         paint, listed, opened, resumed, frames, worst, rows = [], [], [], [], [], [], []
         try:
             with sync_playwright() as playwright:
-                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 for _ in range(options.rounds):
                     context = browser.new_context(viewport={"width": 1200, "height": 800})
                     page = context.new_page()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from crow_testing.fakemodel import Hang, ScriptedModel, Slow, Text, ToolCalls
 from crow_testing.serve_support import HttpServer, write_config
-from crow_testing.web_seed import seed_session
+from crow_testing.web_support import seed_session
 
 pytest.importorskip("playwright")
 
@@ -31,29 +31,18 @@ LONG_SESSION = "sess_seeded_long_0001"
 LONG_UPDATES = 10_000
 PASS = ToolCalls(calls=[("verdict", {"pass": True, "reasons": ["hello.txt holds hello"]})])
 XSS = '<script>window.__xss = 1</script><img src=x onerror="window.__xss = 2">'
-TIMEOUT_MS = 20_000
+TIMEOUT_MS = 30_000  # generous: the suite runs on two shared cores
 
 
-@dataclass
+@dataclass(frozen=True)
 class Served:
     """The module's ``crow serve --http`` (the conftest's ``web`` is one per test)."""
 
-    server: HttpServer
+    base: str  # http://127.0.0.1:PORT
+    token: str
+    acp_url: str  # for a line client: /acp with the token
     model: ScriptedModel
     home: Path
-
-    @property
-    def base(self) -> str:
-        return self.server.bare_url.removesuffix("/acp")
-
-    @property
-    def token(self) -> str:
-        return self.server.token
-
-    @property
-    def acp_url(self) -> str:
-        """For a line client: the ACP URL with its token."""
-        return self.server.url
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +59,8 @@ def web(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         env = {"CROW_HOME": str(home), "CROW_AGENTS_DIR": str(home / "agents")}
         server = HttpServer(env=env)
         try:
-            yield Served(server, model, home)
+            base = server.bare_url.removesuffix("/acp")
+            yield Served(base, server.token, server.url, model, home)
         finally:
             server.stop()
 

@@ -1,6 +1,5 @@
-"""A long session written straight into a store, for the web app's tests and bench:
-``updates`` session updates in turns of a prompt, a thought, a tool call (two
-updates) and a reply, as crow serve logs them."""
+"""For the web app's tests and bench: how Chromium is started, and a long session
+written straight into a store (``seed_session``)."""
 
 from __future__ import annotations
 
@@ -10,12 +9,28 @@ import orjson
 
 from crow.store.sqlite import SqliteStore
 
+#: Debian's chromium, headless, and nothing that reaches out (no network here, and
+#: nothing to wait for).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
 #: Updates in one seeded turn.
 PER_TURN = 5
 
 
 def seed_session(store_path: Path, session_id: str, cwd: str, updates: int) -> int:
-    """Write the session (``updates`` rounded down to whole turns); returns the turns."""
+    """Write a session of ``updates`` updates (rounded down to whole turns of a
+    prompt, a thought, a tool call in two updates and a reply, as crow serve logs
+    them); returns the turns."""
     store = SqliteStore(store_path)
     try:
         store.create_session(session_id=session_id, cwd=cwd, now="2026-01-01T00:00:00Z")
