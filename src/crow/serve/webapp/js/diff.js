@@ -133,7 +133,8 @@ export function diffView(patch, layout, changes) {
       layout.split = !layout.split;
       draw();
     });
-    root.append(toggle);
+    // Only a diff that takes something away has two sides to show.
+    if (files.some((f) => f.hunks.some((h) => h.lines.some((l) => l.t === "-")))) root.append(toggle);
     if (!files.length && changes) {
       for (const change of changes) {
         root.append(el("div", { className: "diff-file" }, `${change.operation || "change"} ${change.path || ""}`));
