@@ -225,6 +225,25 @@ def test_a_turn_streams_asks_permission_in_the_page_and_gets_a_verdict(web, page
     page.screenshot(path=str(shots / "sessions.png"))
 
 
+def test_a_command_is_asked_with_its_folder_and_its_output_shown(web, page, workdir):
+    open_app(page, web)
+    new_session(page, workdir)
+    web.model.script(
+        ToolCalls(calls=[("terminal__run", {"command": "printf 'one\\ntwo\\n'"})]),
+        Text(text="It printed two lines."),
+    )
+    prompt(page, "run it")
+    ask = page.wait_for_selector(".ask", timeout=TIMEOUT_MS)
+    assert "$ printf 'one\\ntwo\\n'" in ask.inner_text()  # what will be run, and where
+    assert f"in {workdir}" in ask.inner_text()
+    page.click(".ask button:text('Allow once')")
+    page.wait_for_selector("text=It printed two lines.", timeout=TIMEOUT_MS)
+    wait_idle(page)
+    terminal = page.locator(".entry.tool .terminal")
+    assert "exited 0" in terminal.inner_text()
+    assert terminal.locator("pre.output").inner_text() == "one\ntwo\n"
+
+
 def test_a_slow_turn_is_cancelled_from_the_page(web, page, workdir):
     open_app(page, web)
     new_session(page, workdir)
@@ -362,6 +381,7 @@ def test_the_memory_panel_adds_finds_and_forgets(web, page, workdir):
     new_session(page, workdir)
     page.click("#open-memory")
     page.fill("#memory-text", "the build runs with make check")
+    page.select_option("#memory-scope", "project")
     page.click("#memory-add button[type=submit]")
     page.wait_for_selector("#memory-message:text('Remembered.')", timeout=TIMEOUT_MS)
     # Recalled into the next turn by itself: shown as what the model was given.

@@ -549,7 +549,7 @@ export class SessionView {
     const text = $("memory-text").value.trim();
     if (!session || !text) return;
     try {
-      await this.rpc.request("_crow/memory/remember", { sessionId: session.id, text });
+      await this.rpc.request("_crow/memory/remember", { sessionId: session.id, text, scope: $("memory-scope").value });
       $("memory-text").value = "";
       if ($("memory-query").value) await this.searchMemory();
       $("memory-message").textContent = "Remembered.";
