@@ -339,6 +339,18 @@ def test_a_reconnect_goes_on_from_its_cursor_without_duplicates(web, page, workd
     shown = history(page)
     assert shown.count("first answer") == 1 and shown.count("second answer") == 1
     assert page.eval_on_selector_all(".entry.user", "n => n.length") == 2
+    # Back to the list (the idle session is closed) and in again: the same history.
+    session_url = page.url
+    page.click("a.back")
+    page.wait_for_selector(".session-row", timeout=TIMEOUT_MS)
+    page.goto(session_url)
+    page.wait_for_selector("text=second answer", timeout=TIMEOUT_MS)
+    web.model.script(Text(text="third answer"))
+    prompt(page, "third")
+    page.wait_for_selector("text=third answer", timeout=TIMEOUT_MS)
+    wait_idle(page)
+    assert history(page).count("third answer") == 1
+    assert page.eval_on_selector_all(".entry.user", "n => n.length") == 3
 
 
 # ---- managing sessions ------------------------------------------------------------------

@@ -27,6 +27,10 @@ export class SessionView {
     this.list = new VirtualList($("history"), (entry) => renderEntry(entry, this.current));
     this.opening = 0;
     this.verify = null;
+    // Sessions this connection watches.  One left behind is closed (session/close)
+    // once it is idle: closing a running one would cancel its turn if nobody else
+    // watched it, and a connection may hold only so many.
+    this.watching = new Set();
     this.bind();
   }
 
@@ -130,6 +134,7 @@ export class SessionView {
     } catch {
       return; // said in the composer's message
     }
+    this.watching.add(session.id);
     window.crowTimings = { openMs: performance.now() - started, entries: session.entries.length, over: from.type === "start" ? "websocket" : "http" };
     document.body.dataset.opened = session.id;
   }
@@ -177,6 +182,7 @@ export class SessionView {
 
   close() {
     if (!this.current) return;
+    if (this.current.state === "idle" && !this.current.background.length) this.release(this.current.id);
     this.current.listeners.clear();
     this.current = null;
     this.info = null;
@@ -187,6 +193,12 @@ export class SessionView {
 
   disconnected() {
     for (const id of [...this.asks.keys()]) this.dropAsk(id, false);
+    this.watching.clear(); // a new connection watches nothing yet
+  }
+
+  release(sessionId) {
+    if (!this.watching.delete(sessionId)) return;
+    this.rpc.request("session/close", { sessionId }).catch(() => {}); // idle: nothing is cancelled
   }
 
   // After a reconnect: on from the last update seen.
@@ -196,6 +208,7 @@ export class SessionView {
     const from = session.lastSeq > 0 ? { type: "_crow/after", seq: session.lastSeq } : { type: "start" };
     try {
       await this.resume(from);
+      this.watching.add(session.id);
     } catch {
       // said in the composer's message
     }
@@ -203,7 +216,12 @@ export class SessionView {
 
   update(params) {
     const session = this.current;
-    if (!session || params.sessionId !== session.id) return;
+    if (!session || params.sessionId !== session.id) {
+      const update = params.update || {};
+      const quiet = update.sessionUpdate === "state_update" && update.state === "idle" && !(update.background || []).length;
+      if (quiet && this.watching.has(params.sessionId)) this.release(params.sessionId);
+      return;
+    }
     session.apply(params);
   }
 
