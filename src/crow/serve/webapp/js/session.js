@@ -138,7 +138,6 @@ export class SessionState {
       if (update.content !== undefined) entry.content = update.content ? [...update.content] : [];
       entry.meta = mergeMeta(entry.meta, update._meta);
     }
-    if (chunk && update._meta && !entry.meta) entry.meta = null;
     if (role === "agent" && this.status) this.setStatus(null);
     this.bump(entry);
   }
