@@ -16,6 +16,7 @@ const $ = (id) => document.getElementById(id);
 const VERIFY = "crow/verify";
 const MAX_TEXT_ATTACHMENT = 1_000_000;
 const MAX_IMAGE_ATTACHMENT = 5_000_000;
+const WATCH_LIMIT = 32; // of crow serve's 64 sessions a connection may hold
 
 export class SessionView {
   constructor(app) {
@@ -27,10 +28,10 @@ export class SessionView {
     this.list = new VirtualList($("history"), (entry) => renderEntry(entry, this.current));
     this.opening = 0;
     this.verify = null;
-    // Sessions this connection watches.  One left behind is closed (session/close)
-    // once it is idle: closing a running one would cancel its turn if nobody else
-    // watched it, and a connection may hold only so many.
-    this.watching = new Set();
+    // Sessions this connection watches (id -> idle now).  A connection may hold only
+    // so many: past WATCH_LIMIT the oldest idle ones left behind are closed
+    // (session/close; never a running one, whose turn that could cancel).
+    this.watching = new Map();
     this.bind();
   }
 
@@ -134,7 +135,7 @@ export class SessionView {
     } catch {
       return; // said in the composer's message
     }
-    this.watching.add(session.id);
+    this.watch(session.id);
     window.crowTimings = { openMs: performance.now() - started, entries: session.entries.length, over: from.type === "start" ? "websocket" : "http" };
     document.body.dataset.opened = session.id;
   }
@@ -182,7 +183,7 @@ export class SessionView {
 
   close() {
     if (!this.current) return;
-    if (this.current.state === "idle" && !this.current.background.length) this.release(this.current.id);
+    if (this.watching.has(this.current.id)) this.watching.set(this.current.id, this.current.state === "idle" && !this.current.background.length);
     this.current.listeners.clear();
     this.current = null;
     this.info = null;
@@ -196,9 +197,15 @@ export class SessionView {
     this.watching.clear(); // a new connection watches nothing yet
   }
 
-  release(sessionId) {
-    if (!this.watching.delete(sessionId)) return;
-    this.rpc.request("session/close", { sessionId }).catch(() => {}); // idle: nothing is cancelled
+  watch(sessionId) {
+    this.watching.delete(sessionId);
+    this.watching.set(sessionId, false); // the newest last
+    for (const [id, idle] of this.watching) {
+      if (this.watching.size <= WATCH_LIMIT) break;
+      if (!idle || (this.current && id === this.current.id)) continue;
+      this.watching.delete(id);
+      this.rpc.request("session/close", { sessionId: id }).catch(() => {}); // idle: nothing is cancelled
+    }
   }
 
   // After a reconnect: on from the last update seen.
@@ -208,7 +215,7 @@ export class SessionView {
     const from = session.lastSeq > 0 ? { type: "_crow/after", seq: session.lastSeq } : { type: "start" };
     try {
       await this.resume(from);
-      this.watching.add(session.id);
+      this.watch(session.id);
     } catch {
       // said in the composer's message
     }
@@ -218,8 +225,9 @@ export class SessionView {
     const session = this.current;
     if (!session || params.sessionId !== session.id) {
       const update = params.update || {};
-      const quiet = update.sessionUpdate === "state_update" && update.state === "idle" && !(update.background || []).length;
-      if (quiet && this.watching.has(params.sessionId)) this.release(params.sessionId);
+      if (update.sessionUpdate === "state_update" && this.watching.has(params.sessionId)) {
+        this.watching.set(params.sessionId, update.state === "idle" && !(update.background || []).length);
+      }
       return;
     }
     session.apply(params);
