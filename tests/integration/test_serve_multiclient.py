@@ -10,13 +10,16 @@ answer it, including one that attaches later.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import time
 from typing import Any
 
+import websockets
 from crow_testing.fakemodel import Text, ToolCalls
-from crow_testing.serve_support import client_for
+from crow_testing.serve_support import HttpServer, client_for, write_config
+from crow_testing.web_support import seed_session
 from test_serve_http import server  # noqa: F401  (the fixture)
 
 from crow.acp import schema
@@ -215,3 +218,56 @@ async def test_a_held_prompt_whose_client_vanished_is_dropped_never_inserted(
     assert len(scripted_model.requests) == 1
     held.cancel()
     await owner.aclose()
+
+
+async def test_a_close_while_another_client_attaches_leaves_it_the_session(
+    crow_home, scripted_model, tmp_path
+):
+    """One client closes the session while another's resume still replays a long log
+    (it watches only once the replay is done; here it stalls, as a slow reader's does):
+    the session stays loaded for the one attaching, which then prompts."""
+    write_config(crow_home, scripted_model.base_url)
+    seed_session(crow_home / "crow.db", "sess_long_attach", str(tmp_path), 20_000)
+    running = HttpServer()
+    first = await client_for(running.url)
+    try:
+        await first.resume_session("sess_long_attach", str(tmp_path), replay=False)
+        async with websockets.connect(running.ws_url, max_size=None) as slow:
+            ask = {"protocolVersion": 2, "info": {"name": "slow", "version": "0"}}
+            await rpc(slow, 1, "initialize", ask)
+            resume = {"sessionId": "sess_long_attach", "cwd": str(tmp_path)}
+            resume["replayFrom"] = {"type": "start"}
+            await slow.send(
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": 2, "method": "session/resume", "params": resume}
+                )
+            )
+            await asyncio.sleep(1.0)  # not read: the replay waits for this reader
+            await first.close_session("sess_long_attach")  # nobody watches it yet
+            assert "result" in await answer_to(slow, 2)
+            scripted_model.script(Text(text="still here"))
+            prompt = {
+                "sessionId": "sess_long_attach",
+                "prompt": [{"type": "text", "text": "are you there?"}],
+            }
+            acknowledged = await rpc(slow, 3, "session/prompt", prompt)
+            assert "result" in acknowledged, acknowledged
+    finally:
+        await first.aclose()
+        running.stop()
+
+
+async def rpc(socket: Any, request_id: int, method: str, params: Any) -> Any:
+    await socket.send(
+        json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+    )
+    return await answer_to(socket, request_id)
+
+
+async def answer_to(socket: Any, request_id: int) -> Any:
+    """The answer to ``request_id``, past the notifications before it."""
+    async with asyncio.timeout(60):
+        while True:
+            message = json.loads(await socket.recv())
+            if message.get("id") == request_id and "method" not in message:
+                return message

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from crow_testing.fakemodel import Hang, ScriptedModel, Slow, Text, ToolCalls
 from crow_testing.serve_support import HttpServer, write_config
-from crow_testing.web_support import CHROMIUM, CHROMIUM_ARGS, seed_session
+from crow_testing.web_support import seed_session
 
 pytest.importorskip("playwright")
 
@@ -36,30 +36,13 @@ TIMEOUT_MS = 30_000  # generous: the suite runs on two shared cores
 
 @dataclass(frozen=True)
 class Served:
-    """The module's ``crow serve --http`` (the conftest's ``web`` is one per test)."""
+    """The module's ``crow serve --http``."""
 
     base: str  # http://127.0.0.1:PORT
     token: str
     acp_url: str  # for a line client: /acp with the token
     model: ScriptedModel
     home: Path
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Chromium for this module only.  Playwright's sync API runs an asyncio loop in
-    this thread while it is open: an async test after it in the same process (xdist
-    gives a worker tests of every file) could not run its own loop."""
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CROW_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"CROW_REQUIRE_BROWSER=1 but there is no {CHROMIUM}")
-        pytest.skip("no chromium: apt-get install chromium (bash .ci/run does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ what is said in crow.agent.service.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import orjson
@@ -134,32 +136,46 @@ class SessionMethods:
             self.check_session_limit(watcher)
         if session is None:
             session = await self.load(record)
-        if watcher.follower:  # the judge reads; it leaves tools and settings alone
+        with self.attaching(session):
+            if watcher.follower:  # the judge reads; it leaves tools and settings alone
+                await session.attach(watcher, replay)
+                return schema.ResumeSessionResponse()
+            judging = verdicts.judging(params.meta)
+            if judging:
+                verdicts.may_judge(self.host, session, watcher, verify)
+            if dirs != session.record.additional_directories:
+                await self.host.store.update_session(record.id, additional_directories=dirs)
+            if not session.busy:  # the complete new set of servers and roots (§5.3)
+                self.start_tools(session, servers, dirs, watcher)
             await session.attach(watcher, replay)
-            return schema.ResumeSessionResponse()
-        judging = verdicts.judging(params.meta)
-        if judging:
-            verdicts.may_judge(self.host, session, watcher, verify)
-        if dirs != session.record.additional_directories:
-            await self.host.store.update_session(record.id, additional_directories=dirs)
-        if not session.busy:  # the complete new set of servers and roots (§5.3)
-            self.start_tools(session, servers, dirs, watcher)
-        await session.attach(watcher, replay)
-        self.opened.setdefault(watcher, set()).add(session.id)
-        if session.held:  # the queue as it is now (a replay has none of its history)
-            update = session.held.snapshot(watcher)
-            watcher.deliver(session.id, None, update, orjson.dumps(update))
-        await verdicts.judge_if_verified(self.host, session, verify)
-        if judging:
-            session.judge = watcher
-            await verdicts.ensure_key(self.host, session, verdicts.EXTERNAL)
-        response = schema.ResumeSessionResponse(
-            config_options=self.host.config_options(session),
-            available_commands=commands.available_commands(),
-        )
-        if (keys := verdicts.handout(session)) is not None:
-            response.meta = keys
-        return response
+            self.opened.setdefault(watcher, set()).add(session.id)
+            if session.held:  # the queue as it is now (a replay has none of its history)
+                update = session.held.snapshot(watcher)
+                watcher.deliver(session.id, None, update, orjson.dumps(update))
+            await verdicts.judge_if_verified(self.host, session, verify)
+            if judging:
+                session.judge = watcher
+                await verdicts.ensure_key(self.host, session, verdicts.EXTERNAL)
+            response = schema.ResumeSessionResponse(
+                config_options=self.host.config_options(session),
+                available_commands=commands.available_commands(),
+            )
+            if (keys := verdicts.handout(session)) is not None:
+                response.meta = keys
+            return response
+
+    @contextlib.contextmanager
+    def attaching(self, session: LiveSession) -> Iterator[None]:
+        """While a client attaches (its replay may take a while before it watches),
+        another client's close must not unload the session from under it."""
+        session.attaching += 1
+        try:
+            yield
+        except BaseException:
+            session.attaching -= 1
+            self.host.unload_if_unwatched(session)  # nobody came after all
+            raise
+        session.attaching -= 1
 
     async def close_session(self, watcher: Watcher, params: schema.CloseSessionRequest) -> None:
         """Detach the caller; the last watcher to leave also ends the turn and

@@ -60,7 +60,12 @@ def parkable(session: LiveSession) -> bool:
     servers are all Crow's own (a client's named servers keep their state)."""
     named = session.tool_setup is not None and bool(session.tool_setup[0])
     return not (
-        session.busy or session.background or session.questions or session.held or named
+        session.busy
+        or session.background
+        or session.questions
+        or session.held
+        or session.attaching
+        or named
     ) and any(not w.follower for w in session.watchers)
 
 

@@ -306,7 +306,12 @@ class CrowAgent:
     def unload_if_unwatched(self, session: LiveSession) -> None:
         """No client watches and nothing runs: free the session (it reloads on
         resume); a follower watching it stops."""
-        if clients(session.watchers) or session.busy or self.live.get(session.id) is not session:
+        if (
+            clients(session.watchers)
+            or session.busy
+            or session.attaching
+            or self.live.get(session.id) is not session
+        ):
             return
         del self.live[session.id]
         session.watchers.clear()

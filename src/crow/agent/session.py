@@ -75,6 +75,9 @@ class LiveSession:
     state: str = "idle"  # idle | running | requires_action
     stop_reason: str | None = None
     watchers: set[Watcher] = field(default_factory=set)
+    #: Clients attaching now (a resume: its replay may take a while before it watches);
+    #: while any does, the session is not unloaded under it.
+    attaching: int = 0
     turn: RunningTurn | None = None  # the latest turn; running while ``busy``
     starting: asyncio.Future[None] | None = None  # set while a prompt is being accepted
     cancel_on_start: str | None = None  # a cancel that came while it was
