@@ -91,6 +91,17 @@ def is_idle(update: dict[str, Any]) -> bool:
     return update.get("sessionUpdate") == "state_update" and update.get("state") == "idle"
 
 
+def memory_turn(agent: Any, sid: str, text: str) -> list[dict[str, Any]]:
+    """A turn's updates, waiting longer than usual between them: a process's first
+    memory call imports LanceDB (~2 s of CPU, more on a loaded machine)."""
+    response, before = agent.prompt(sid, text)
+    assert "result" in response, response
+    seen = updates(before)
+    while not seen or not is_idle(seen[-1]):
+        seen += updates([agent.recv(timeout=90)])
+    return seen
+
+
 def kinds(seen: list[dict[str, Any]]) -> list[str]:
     return [u["sessionUpdate"] for u in seen]
 

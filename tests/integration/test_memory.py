@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from crow_testing.fakemodel import Text, ToolCalls
 from crow_testing.serve_support import is_idle, notes, updates
+from crow_testing.serve_support import memory_turn as turn
 
 from crow.extensions import RECALLED
 from crow.memory.minilm import installed as offline_installed
@@ -39,17 +40,6 @@ def recalled(seen):
         for u in seen
         if u["sessionUpdate"] == "tool_call_update" and u.get("_meta", {}).get(RECALLED)
     ]
-
-
-def turn(agent, sid: str, text: str) -> list[dict]:
-    """A turn's updates, waiting longer than usual between them: a process's first
-    memory write imports LanceDB (~2 s of CPU, more on a loaded machine)."""
-    response, before = agent.prompt(sid, text)
-    assert "result" in response, response
-    seen = updates(before)
-    while not seen or not is_idle(seen[-1]):
-        seen += updates([agent.recv(timeout=90)])
-    return seen
 
 
 def crow_memory(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

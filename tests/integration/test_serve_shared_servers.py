@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from crow_testing.fakemodel import Text, ToolCalls
-from crow_testing.serve_support import is_idle, updates
+from crow_testing.serve_support import memory_turn as turn
 
 CONFIG = (
     '[tools]\nbuiltin = ["fs", "terminal", "web", "memory"]\n\n'
@@ -33,17 +33,6 @@ def answers(request: dict) -> dict[str, str]:
     return {
         names[m["tool_call_id"]]: m["content"] for m in request["messages"] if m["role"] == "tool"
     }
-
-
-def turn(agent, sid: str, text: str) -> list[dict]:
-    """A turn's updates, waiting longer than usual between them: the process's first
-    memory call imports LanceDB (~2 s of CPU, more on a loaded machine)."""
-    response, before = agent.prompt(sid, text)
-    assert "result" in response, response
-    seen = updates(before)
-    while not seen or not is_idle(seen[-1]):
-        seen += updates([agent.recv(timeout=90)])
-    return seen
 
 
 def alive(pid: int) -> bool:
