@@ -50,7 +50,9 @@ export class SessionsView {
     filter.replaceChildren(el("option", { value: "" }, "all folders"), ...cwds.map((c) => el("option", { value: c }, c)));
     filter.value = cwds.includes(chosen) ? chosen : "";
     $("cwd-list").replaceChildren(...cwds.map((c) => el("option", { value: c })));
-    if (!$("new-cwd").value && rows.length) $("new-cwd").value = rows[0].cwd;
+    // A suggestion only while nobody is typing there: the list may land mid-typing.
+    const folder = $("new-cwd");
+    if (!folder.value && document.activeElement !== folder && rows.length) folder.value = rows[0].cwd;
     this.draw();
   }
 
