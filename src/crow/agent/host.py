@@ -75,7 +75,7 @@ class SessionHost(TurnHost, Protocol):
         """Make a stored session live here."""
         ...
 
-    def unload_if_unwatched(self, session: LiveSession) -> None:
+    def unload_if_unwatched(self, session: LiveSession, *, quiet: bool = True) -> None:
         """Free the session if no client watches it and nothing runs."""
         ...
 

@@ -178,7 +178,8 @@ class CrowAgent:
                 self.spawn(closing, name=f"judge-gone-{session.id}")
             if watcher in session.watchers:
                 session.watchers.discard(watcher)
-                self.unload_if_unwatched(session)
+                self.unload_if_unwatched(session, quiet=False)
+        self.maybe_quiet()  # once: each check looks at every live session
 
     async def shutdown(self, grace_s: float = 0.0) -> None:
         """Let running turns finish for up to ``grace_s`` (a server stopping on
@@ -303,9 +304,10 @@ class CrowAgent:
         self.methods.parking.watch()
         return session
 
-    def unload_if_unwatched(self, session: LiveSession) -> None:
+    def unload_if_unwatched(self, session: LiveSession, *, quiet: bool = True) -> None:
         """No client watches and nothing runs: free the session (it reloads on
-        resume); a follower watching it stops."""
+        resume); a follower watching it stops.  ``quiet``: then give memory back if
+        it was the last (a caller unloading many checks once, after them)."""
         if (
             clients(session.watchers)
             or session.busy
@@ -318,7 +320,8 @@ class CrowAgent:
         if self.judge is not None:
             self.judge.unfollow(session.id)
         self.spawn(session.close_tools(), name=f"unload-{session.id}")
-        self.maybe_quiet()
+        if quiet:
+            self.maybe_quiet()
 
     def maybe_quiet(self) -> None:
         """The last live session has gone, or stopped its tool servers: give the
