@@ -387,8 +387,12 @@ def test_a_command_that_leaves_its_group_and_its_tag_dies_with_crow_serve(
 def test_an_adopted_child_that_ends_is_reaped_while_crow_serve_runs(
     crow: Any, scripted_model: Any, tmp_path: Path
 ) -> None:
-    """An orphan Crow adopted would stay a zombie of crow serve's: it is reaped."""
-    command = "setsid env -i /bin/sleep 1 & echo $! > brief.pid"
+    """An orphan Crow adopted would stay a zombie of crow serve's: it is reaped.
+
+    It must still be alive when Crow first looks (as the command's group ends, then every
+    PRUNE_S): a zombie never seen alive is not known to be an orphan (see children.py).
+    Three seconds covers a loaded machine's delay between the shell's exit and that look."""
+    command = "setsid env -i /bin/sleep 3 & echo $! > brief.pid"
     scripted_model.script(
         ToolCalls(calls=[("terminal__run", {"command": command})]), Text(text="done")
     )
@@ -396,7 +400,7 @@ def test_an_adopted_child_that_ends_is_reaped_while_crow_serve_runs(
     agent.prompt(agent.new_session(str(tmp_path)), "run it")
     assert until_idle(agent)[-1]["stopReason"] == "end_turn"
     [pid] = read_pids(tmp_path, "brief.pid")
-    deadline = time.monotonic() + GONE_S + children.PRUNE_S
+    deadline = time.monotonic() + 3 + GONE_S + children.PRUNE_S
     while os.path.exists(f"/proc/{pid}"):  # a zombie still has its entry
         assert time.monotonic() < deadline, f"{pid} was never reaped"
         time.sleep(0.05)

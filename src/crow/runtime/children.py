@@ -25,7 +25,10 @@ one tiny reaper process (this file run as a script, importing nothing of Crow; a
   it exits, and tells the reaper each one as ``+pPID:START`` (its start time, so a
   reused pid is never taken for it); the reaper kills them too (the whole group of one
   that leads its own).  While Crow lives it reaps those that exit, so none stays a
-  zombie.
+  zombie; except one that exits before Crow first sees it alive (within a moment of
+  its shell's exit, or ``PRUNE_S`` on a loaded machine): a zombie's environment is
+  gone, so it cannot be told from a child Crow started and still waits for, and it
+  stays a zombie until Crow exits.
 
 PID reuse: a group id cannot be reused while any member of the group lives; once the group
 is empty, Crow unregisters it, and the reaper drops a group it finds empty (checked every
