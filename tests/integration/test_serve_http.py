@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import signal
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -343,4 +346,25 @@ async def test_a_long_replay_during_a_turn_gives_the_log_once_in_order(crow_home
     finally:
         await first.aclose()
         await second.aclose()
+        running.stop()
+
+
+def test_once_warmed_up_a_server_keeps_its_imports_out_of_the_collectors_view(
+    crow_home, scripted_model
+):
+    """A full collection walks what is not frozen (crow.runtime.gc_tuning): once started
+    and warmed up, a server's modules (~100,000 objects) are not among it."""
+    write_config(crow_home, scripted_model.base_url)
+    running = HttpServer(env={"CROW_DEBUG_MEMORY": "0"})  # SIGUSR1: counts in crow.log
+    log = crow_home / "logs" / "crow.log"
+    try:
+        deadline = time.monotonic() + 60  # the warm-up imports in the background
+        while True:
+            os.kill(running.process.pid, signal.SIGUSR1)
+            time.sleep(0.5)
+            counts = [int(n) for n in re.findall(r"(\d+) gc-tracked objects", log.read_text())]
+            if counts and counts[-1] < 20_000:
+                break
+            assert time.monotonic() < deadline, f"objects a full collection walks: {counts}"
+    finally:
         running.stop()

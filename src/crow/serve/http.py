@@ -47,11 +47,11 @@ from crow.acp.transports.http_server import AcpHttpApp, HttpLimits, HttpTranspor
 from crow.config import Config, ServerSettings
 from crow.observe import metrics, tracing
 from crow.redact import register_secret
-from crow.runtime.gc_tuning import collect_now
+from crow.runtime.gc_tuning import collect_now, settle
 from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
 from .probes import ProbesApp
-from .stdio import Setup, serve_connection, start_agent
+from .stdio import Setup, serve_connection, start_agent, warm_up
 from .web import WebApp
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
@@ -292,13 +292,16 @@ async def _serve_on(
             proxy_headers=False,
         )
     )
+    announced = asyncio.Event()
     announce = asyncio.create_task(
-        _announce(server, host, security.token, config.paths.run, published)
+        _announce(server, host, security.token, config.paths.run, published, announced)
     )
+    warm = asyncio.create_task(warm_up(announced))
     try:
         await server.serve(sockets=[listening])
     finally:
         announce.cancel()
+        warm.cancel()
         _unpublish(published)
         await agent.shutdown()
         await agent.store.aclose()
@@ -350,12 +353,19 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def _announce(
-    server: Any, host: str, token: str | None, run_dir: Path, published: list[Path]
+    server: Any,
+    host: str,
+    token: str | None,
+    run_dir: Path,
+    published: list[Path],
+    announced: asyncio.Event,
 ) -> None:
     """Once the socket is bound (port 0 picks a free one): write the runtime file,
-    then print the URL, with its token, once."""
+    then print the URL, with its token, once.  Before that, what start-up imported
+    leaves the collector's view (crow.runtime.gc_tuning)."""
     while not server.started:
         await asyncio.sleep(0.02)
+    settle()
     sockets = [s for srv in server.servers for s in srv.sockets]
     port = sockets[0].getsockname()[1] if sockets else 0
     shown = f"[{host}]" if ":" in host else host
@@ -369,6 +379,7 @@ async def _announce(
     # In the fragment: a browser never sends it, so it reaches no log or Referer.
     page = f"http://{shown}:{port}/" + (f"#token={quote(token, safe='')}" if token else "")
     print(f"crow: web app at {page}", file=sys.stderr, flush=True)
+    announced.set()
 
 
 def _unpublish(published: list[Path]) -> None:

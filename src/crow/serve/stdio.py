@@ -21,10 +21,11 @@ from crow.acp import AgentSide, ProtocolRouter, Transport, open_stdio, schema
 from crow.acp.transports.memory import memory_pair
 from crow.agent.service import CrowAgent
 from crow.config import Config
+from crow.runtime.gc_tuning import settle
 from crow.runtime.imports import import_off_loop
 from crow.store.db import open_store
 
-__all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent"]
+__all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent", "warm_up"]
 
 #: What crow serve adds to its agent before serving (crow.cli: the resident judge).
 Setup = Callable[[CrowAgent], None]
@@ -55,7 +56,7 @@ async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
         if setup is not None:
             setup(agent)
         ready = asyncio.Event()
-        warm = asyncio.create_task(_warm_up(ready))
+        warm = asyncio.create_task(warm_up(ready))
         try:
             await serve_connection(agent, await open_stdio(), ready=ready)
         finally:
@@ -115,14 +116,16 @@ async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
     target.set()
 
 
-async def _warm_up(ready: asyncio.Event) -> None:
+async def warm_up(ready: asyncio.Event) -> None:
     """Import the model client and the MCP SDK in the background once the client is
     served: together they take ~0.7 s, which would otherwise delay initialize or the
     first turn.
     First the wire models initialize did not need (~50 ms, see crow.acp.schema): the
-    client's next request needs them."""
+    client's next request needs them.  Then what was imported lives as long as the
+    process: out of the collector's view (crow.runtime.gc_tuning)."""
     await ready.wait()
     modules = ("crow.acp.schema._generated", "crow.models.transport", "mcp", "mcp.server.mcpserver")
     for module in modules:
         with contextlib.suppress(ImportError):
             await import_off_loop(module)
+    settle()
