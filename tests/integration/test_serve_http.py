@@ -353,12 +353,12 @@ def test_once_warmed_up_a_server_keeps_its_imports_out_of_the_collectors_view(
     crow_home, scripted_model
 ):
     """A full collection walks what is not frozen (crow.runtime.gc_tuning): once started
-    and warmed up, a server's modules (~100,000 objects) are not among it."""
+    a server's modules (~43,000 objects) are not among it."""
     write_config(crow_home, scripted_model.base_url)
     running = HttpServer(env={"CROW_DEBUG_MEMORY": "0"})  # SIGUSR1: counts in crow.log
     log = crow_home / "logs" / "crow.log"
     try:
-        deadline = time.monotonic() + 60  # the warm-up imports in the background
+        deadline = time.monotonic() + 60
         while True:
             os.kill(running.process.pid, signal.SIGUSR1)
             time.sleep(0.5)

@@ -13,11 +13,12 @@ again.  Reference cycles are still collected, only later; ``collect_now`` where
 they are known to be many (crow serve after idle HTTP connections expired).
 
 ``tune_for_serving`` runs before the transport and the agent's layers are imported
-(crow serve reads its command line first), and a first turn imports more (the model
-client, the MCP SDK): ~43,000 live objects once a server has started, more after
-its warm-up.  Each full collection walked them all again (tens of ms: a pause that
-was the p99 of session/new at 1,000 sessions), so ``settle`` freezes again once they
-are imported (~200 left in view).
+(crow serve reads its command line first): ~43,000 live objects once a server has
+started.  Each full collection walked them all again (tens of ms: a pause that was
+the p99 of session/new at 1,000 sessions), so ``settle`` freezes again once they are
+imported (~200 left in view), and after the stdio agent's warm-up imports.  What a
+first turn imports (the built-in tool servers: numpy, httpx) stays in view: importing
+it ahead would cost every agent that never runs a tool ~1 s of CPU.
 """
 
 from __future__ import annotations

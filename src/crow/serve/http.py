@@ -51,7 +51,7 @@ from crow.runtime.gc_tuning import collect_now, settle
 from crow.runtime.runtime_file import WILDCARDS, is_loopback, publish
 
 from .probes import ProbesApp
-from .stdio import Setup, serve_connection, start_agent, warm_up
+from .stdio import Setup, serve_connection, start_agent
 from .web import WebApp
 
 __all__ = ["HttpSecurity", "ServeError", "security_for", "serve_http"]
@@ -292,16 +292,13 @@ async def _serve_on(
             proxy_headers=False,
         )
     )
-    announced = asyncio.Event()
     announce = asyncio.create_task(
-        _announce(server, host, security.token, config.paths.run, published, announced)
+        _announce(server, host, security.token, config.paths.run, published)
     )
-    warm = asyncio.create_task(warm_up(announced))
     try:
         await server.serve(sockets=[listening])
     finally:
         announce.cancel()
-        warm.cancel()
         _unpublish(published)
         await agent.shutdown()
         await agent.store.aclose()
@@ -358,7 +355,6 @@ async def _announce(
     token: str | None,
     run_dir: Path,
     published: list[Path],
-    announced: asyncio.Event,
 ) -> None:
     """Once the socket is bound (port 0 picks a free one): write the runtime file,
     then print the URL, with its token, once.  Before that, what start-up imported
@@ -379,7 +375,6 @@ async def _announce(
     # In the fragment: a browser never sends it, so it reaches no log or Referer.
     page = f"http://{shown}:{port}/" + (f"#token={quote(token, safe='')}" if token else "")
     print(f"crow: web app at {page}", file=sys.stderr, flush=True)
-    announced.set()
 
 
 def _unpublish(published: list[Path]) -> None:

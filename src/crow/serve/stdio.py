@@ -25,7 +25,7 @@ from crow.runtime.gc_tuning import settle
 from crow.runtime.imports import import_off_loop
 from crow.store.db import open_store
 
-__all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent", "warm_up"]
+__all__ = ["open_follower", "serve_connection", "serve_stdio", "start_agent"]
 
 #: What crow serve adds to its agent before serving (crow.cli: the resident judge).
 Setup = Callable[[CrowAgent], None]
@@ -56,7 +56,7 @@ async def serve_stdio(config: Config, *, setup: Setup | None = None) -> None:
         if setup is not None:
             setup(agent)
         ready = asyncio.Event()
-        warm = asyncio.create_task(warm_up(ready))
+        warm = asyncio.create_task(_warm_up(ready))
         try:
             await serve_connection(agent, await open_stdio(), ready=ready)
         finally:
@@ -116,7 +116,7 @@ async def _relay(source: asyncio.Event, target: asyncio.Event) -> None:
     target.set()
 
 
-async def warm_up(ready: asyncio.Event) -> None:
+async def _warm_up(ready: asyncio.Event) -> None:
     """Import the model client and the MCP SDK in the background once the client is
     served: together they take ~0.7 s, which would otherwise delay initialize or the
     first turn.
