@@ -349,10 +349,10 @@ async def test_a_long_replay_during_a_turn_gives_the_log_once_in_order(crow_home
         running.stop()
 
 
-def test_once_warmed_up_a_server_keeps_its_imports_out_of_the_collectors_view(
+def test_once_started_a_server_keeps_its_imports_out_of_the_collectors_view(
     crow_home, scripted_model
 ):
-    """A full collection walks what is not frozen (crow.runtime.gc_tuning): once started
+    """A full collection walks what is not frozen (crow.runtime.gc_tuning): once started,
     a server's modules (~43,000 objects) are not among it."""
     write_config(crow_home, scripted_model.base_url)
     running = HttpServer(env={"CROW_DEBUG_MEMORY": "0"})  # SIGUSR1: counts in crow.log
