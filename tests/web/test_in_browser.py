@@ -127,6 +127,24 @@ def history(page: Any) -> str:
     return str(page.inner_text("#history"))
 
 
+def shown(page: Any, text: str) -> None:
+    """Waits until the history shows ``text`` (a reply's text is also read out,
+    from a hidden live region, before the history has it all)."""
+    page.wait_for_selector(f"#history >> text={text}", timeout=TIMEOUT_MS)
+
+
+def said(page: Any) -> list[str]:
+    """The messages' texts as the page holds them (drawn or not: the history list
+    draws only what is near the screen)."""
+    return list(
+        page.evaluate(
+            """() => window.crowApp.session.current.entries
+                .filter((entry) => entry.type === "message")
+                .map((entry) => entry.content.map((block) => block.text || "").join(""))"""
+        )
+    )
+
+
 # ---- the token --------------------------------------------------------------------------
 def test_the_token_leaves_the_address_bar_and_only_session_storage_keeps_it(web, page):
     asked: list[str] = []
@@ -350,6 +368,58 @@ def test_a_reconnect_goes_on_from_its_cursor_without_duplicates(web, page, workd
     wait_idle(page)
     assert history(page).count("third answer") == 1
     assert page.eval_on_selector_all(".entry.user", "n => n.length") == 3
+
+
+#: The history of a session opened again comes in bulk over HTTP, or, where HTTP fails
+#: (a proxy that passes only the WebSocket), over the WebSocket after the live turn.
+HISTORY_WAYS = {
+    "over HTTP": ("session/resume", lambda held: held.continue_()),
+    "over the WebSocket": ("initialize", lambda held: held.abort()),
+}
+
+
+@pytest.mark.parametrize("way", HISTORY_WAYS)
+def test_a_prompt_sent_while_the_session_opens_keeps_its_whole_history(web, page, workdir, way):
+    """Back in a session and prompting at once: the WebSocket, which still watches the
+    session, brings the new turn while the history is still on its way.  The page shows
+    the whole history, once (the turn's updates, logged after the history's, must not
+    make the page drop those as seen), and in order."""
+    method, let_go = HISTORY_WAYS[way]
+    sockets: list[Any] = []
+    page.on("websocket", lambda socket: sockets.append(socket))
+    open_app(page, web)
+    new_session(page, workdir)
+    web.model.script(Text(text="first answer"))
+    prompt(page, "first")
+    shown(page, "first answer")
+    wait_idle(page)
+    session_url = page.url
+    page.click("a.back")
+    page.wait_for_selector(".session-row", timeout=TIMEOUT_MS)
+    held: list[Any] = []  # the history's request over HTTP, held back
+    asks = f'"method":"{method}"'
+
+    def hold_the_history(route: Any) -> None:
+        if asks in (route.request.post_data or ""):
+            held.append(route)
+        else:
+            route.continue_()
+
+    page.route(f"{web.base}/acp", hold_the_history)
+    with page.expect_request(lambda asked: asks in (asked.post_data or "")):
+        page.goto(session_url)
+    web.model.script(Text(text="second answer"))
+    turn_ended = '"stopReason":"end_turn"'
+    with sockets[-1].expect_event("framereceived", lambda frame: turn_ended in frame):
+        prompt(page, "second")
+    assert len(held) == 1
+    let_go(held[0])
+    shown(page, "second answer")
+    wait_idle(page)
+    assert said(page) == ["first", "first answer", "second", "second answer"]
+    assert page.eval_on_selector_all(".entry.user", "n => n.length") == 2  # all drawn
+    if way == "over the WebSocket":  # Chromium logs the refused request, as it should
+        page.crow_errors.remove("Failed to load resource: net::ERR_FAILED")
 
 
 # ---- managing sessions ------------------------------------------------------------------

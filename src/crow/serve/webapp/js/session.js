@@ -5,6 +5,9 @@
 //
 // Every update Crow logs carries _meta["crow/seq"]: an update at or below the last
 // seq seen is one a reconnect's replay gave again, and is dropped (no duplicates).
+// So updates must be applied in the log's order: while the page opens a session,
+// what the WebSocket brings for it is held (hold, take, release), and applied
+// after the history (see release).
 
 export const SEQ = "crow/seq";
 export const VERDICT = "crow/verdict";
@@ -62,6 +65,7 @@ export class SessionState {
     this.queue = [];
     this.mine = new Set(); // message ids of the prompts this page sent
     this.replaying = false;
+    this.held = null; // the WebSocket's updates while the session opens
     this.listeners = new Set();
     this.status = null; // what a busy turn waits for (a notice's title)
     this.terminalRefs = new Map(); // terminalId -> tool entry keys that show it
@@ -87,9 +91,31 @@ export class SessionState {
     this.changed({ entry });
   }
 
+  // From now until release(), take() holds what it is given.
+  hold() {
+    this.held = [];
+  }
+
+  // A session/update that came over the WebSocket: applied, or held while opening.
+  take(params) {
+    if (this.held) this.held.push(params);
+    else this.apply(params);
+  }
+
+  // Applies what was held, in the log's order.  A page that still watches the session
+  // (it was opened before) gets its new updates over the WebSocket while its history
+  // comes over HTTP: applied first, they would make the history look seen and dropped.
+  // And the WebSocket's own resume replays, after those live updates, the stretch they
+  // belong to: sorted by seq, each comes once, in place.
+  release() {
+    const held = this.held || [];
+    this.held = null;
+    for (const params of inLogOrder(held)) this.apply(params);
+  }
+
   // One session/update's params.  Returns false for a duplicate.
   apply(params) {
-    const seq = params._meta ? params._meta[SEQ] : undefined;
+    const seq = seqOf(params);
     if (typeof seq === "number") {
       if (seq <= this.lastSeq) return false;
       this.lastSeq = seq;
@@ -301,6 +327,23 @@ export class SessionState {
     if (typeof meta[FROM] === "string" && meta[FROM]) return meta[FROM];
     return null;
   }
+}
+
+function seqOf(params) {
+  return params._meta ? params._meta[SEQ] : undefined;
+}
+
+// Stable-sorted by seq; an unlogged update (a state snapshot, a wait's notice) keeps
+// its place after the logged one it came after.
+function inLogOrder(updates) {
+  let at = 0;
+  const keyed = updates.map((params, index) => {
+    const seq = seqOf(params);
+    if (typeof seq === "number") at = seq;
+    return { at, index, params };
+  });
+  keyed.sort((a, b) => a.at - b.at || a.index - b.index);
+  return keyed.map((one) => one.params);
 }
 
 function decode64(data) {

@@ -89,6 +89,7 @@ export class SessionView {
     const ticket = ++this.opening;
     this.close();
     const session = new SessionState(sessionId);
+    session.hold(); // until the history is in (released by resume)
     this.current = session;
     this.lastState = null;
     this.said = null;
@@ -102,12 +103,14 @@ export class SessionView {
     try {
       info = await this.find(sessionId);
     } catch (error) {
+      session.release();
       $("session-title").textContent = "Session";
       $("composer-message").textContent = `The session could not be found: ${error.message}`;
       return;
     }
     if (ticket !== this.opening) return;
     if (!info) {
+      session.release();
       $("session-title").textContent = "No such session";
       $("composer-message").textContent = `There is no session ${sessionId} (it may have been deleted).`;
       return;
@@ -175,6 +178,7 @@ export class SessionView {
       $("composer-message").textContent = `The session could not be opened: ${error.message}`;
       throw error;
     } finally {
+      session.release(); // (what came while opening; nothing otherwise)
       session.replaying = false;
       this.list.pause(false);
       this.header();
@@ -230,7 +234,7 @@ export class SessionView {
       }
       return;
     }
-    session.apply(params);
+    session.take(params);
   }
 
   changed(what) {
