@@ -255,7 +255,7 @@ def test_a_command_is_asked_with_its_folder_and_its_output_shown(web, page, work
     assert "$ printf 'one\\ntwo\\n'" in ask.inner_text()  # what will be run, and where
     assert f"in {workdir}" in ask.inner_text()
     page.click(".ask button:text('Allow once')")
-    page.wait_for_selector("text=It printed two lines.", timeout=TIMEOUT_MS)
+    shown(page, "It printed two lines.")
     wait_idle(page)
     page.wait_for_selector(".entry.tool .status-completed", timeout=TIMEOUT_MS)
     terminal = page.locator(".entry.tool .terminal")  # in the finished call's fold
@@ -308,7 +308,7 @@ def test_a_text_file_is_attached_and_a_prompt_sent_while_busy_waits_in_the_queue
     page.wait_for_selector("#session-state.state-running", timeout=TIMEOUT_MS)
     prompt(page, "and then this")  # held until the turn ends
     page.wait_for_selector("#queue:not([hidden]) li:has-text('and then this')", timeout=TIMEOUT_MS)
-    page.wait_for_selector("text=noted", timeout=TIMEOUT_MS)
+    shown(page, "noted")
     wait_idle(page)
     assert page.is_hidden("#queue")
     first = web.model.requests[-2]["messages"][-1]["content"]
@@ -351,23 +351,23 @@ def test_a_reconnect_goes_on_from_its_cursor_without_duplicates(web, page, workd
     page.wait_for_selector(".connection.good", timeout=TIMEOUT_MS)
     web.model.script(Text(text="second answer"))
     prompt(page, "second")
-    page.wait_for_selector("text=second answer", timeout=TIMEOUT_MS)
+    shown(page, "second answer")
     wait_idle(page)
-    shown = history(page)
-    assert shown.count("first answer") == 1 and shown.count("second answer") == 1
-    assert page.eval_on_selector_all(".entry.user", "n => n.length") == 2
-    # Back to the list (the idle session is closed) and in again: the same history.
+    assert said(page) == ["first", "first answer", "second", "second answer"]
+    # Back to the list and in again: the same history (replayed), and on from there.
     session_url = page.url
     page.click("a.back")
     page.wait_for_selector(".session-row", timeout=TIMEOUT_MS)
     page.goto(session_url)
-    page.wait_for_selector("text=second answer", timeout=TIMEOUT_MS)
+    shown(page, "second answer")
     web.model.script(Text(text="third answer"))
     prompt(page, "third")
-    page.wait_for_selector("text=third answer", timeout=TIMEOUT_MS)
+    shown(page, "third answer")
     wait_idle(page)
+    turns = ["first", "first answer", "second", "second answer", "third", "third answer"]
+    assert said(page) == turns
+    assert page.eval_on_selector_all(".entry.user", "n => n.length") == 3  # all drawn
     assert history(page).count("third answer") == 1
-    assert page.eval_on_selector_all(".entry.user", "n => n.length") == 3
 
 
 #: The history of a session opened again comes in bulk over HTTP, or, where HTTP fails
@@ -452,7 +452,7 @@ def test_settings_show_the_model_and_turn_verify_off(web, page, workdir):
     page.wait_for_selector("#verify-message:text('Verify is off.')", timeout=TIMEOUT_MS)
     web.model.script(Text(text="not judged"))
     prompt(page, "hi")
-    page.wait_for_selector("text=not judged", timeout=TIMEOUT_MS)
+    shown(page, "not judged")
     wait_idle(page)
     assert page.query_selector(".verdict") is None and page.query_selector(".judging") is None
 
@@ -486,14 +486,14 @@ def test_a_long_session_opens_with_only_what_is_on_screen_drawn(web, page, shots
     page.goto(f"{web.base}/#/s/{LONG_SESSION}")
     page.wait_for_selector(f'body[data-opened="{LONG_SESSION}"]', state="attached", timeout=60_000)
     turns = LONG_UPDATES // 5
-    page.wait_for_selector(f"text=Answer {turns - 1}:", timeout=TIMEOUT_MS)
+    shown(page, f"Answer {turns - 1}:")
     timings = page.evaluate("window.crowTimings")
     print(f"opened a {LONG_UPDATES}-update session in {timings['openMs']:.0f} ms")
     assert timings["over"] == "http"  # the history in bulk, then live over the WebSocket
     assert timings["entries"] >= turns * 4  # prompt, thought, tool call, reply (and ends)
     assert page.eval_on_selector_all("#history [data-key]", "n => n.length") < 120
     page.eval_on_selector("#history", "h => { h.scrollTop = 0; }")
-    page.wait_for_selector("text=question number 0", timeout=TIMEOUT_MS)
+    shown(page, "question number 0")
     assert page.eval_on_selector_all("#history [data-key]", "n => n.length") < 120
 
 
