@@ -78,7 +78,7 @@ export class VirtualList {
     if (this.paused) return;
     if (!this.frame) this.frame = requestAnimationFrame(() => {
       this.frame = 0;
-      this.draw();
+      if (!this.paused) this.draw(); // (asked for before the pause)
     });
   }
 
