@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -139,12 +140,15 @@ class Terminals:
         self.env, self.cwd, self.timeout = env, cwd, timeout
         self.children: list[Any] = []
 
-    def start(self, *args: str, dimensions: tuple[int, int] = (24, 80)) -> Any:
+    def start(
+        self, *args: str, dimensions: tuple[int, int] = (24, 80), python: Sequence[str] = ()
+    ) -> Any:
+        """``crow ARGS`` (``python`` options given to the interpreter first)."""
         import pexpect
 
         child = pexpect.spawn(
             sys.executable,
-            ["-m", "crow", *args],
+            [*python, "-m", "crow", *args],
             env=self.env,
             cwd=str(self.cwd),
             dimensions=dimensions,

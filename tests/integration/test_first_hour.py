@@ -203,6 +203,17 @@ def test_ctrl_c_in_the_conductor_leaves_in_one_line(crow_home, scripted_model, t
     assert len(said.strip().splitlines()) <= 1, said
 
 
+def test_ctrl_c_while_crows_modules_load_leaves_in_one_line(crow_home, scripted_model, terminal):
+    """Ctrl-C as soon as Crow's own code runs: while the command's modules load, it
+    leaves as anywhere else, not with the traceback of the import it interrupted.
+    (Earlier the interpreter is still starting: what it says then is Python's.)"""
+    write_config(crow_home, scripted_model.base_url)
+    scripted_model.script(Hang())  # (a Ctrl-C that comes late finds the check waiting)
+    child = terminal.start("models", "--check", python=["-X", "importtime"])
+    child.expect(r"\|\s+crow\.[\w.]+\r?\n")  # the first of Crow's modules: the rest load now
+    interrupted(child)
+
+
 def test_ctrl_c_while_crow_serve_starts_at_a_terminal_is_quiet(crow_home, terminal):
     child = terminal.start("serve")
     child.sendintr()  # at once: while it is still starting
