@@ -216,6 +216,7 @@ def test_ctrl_c_while_crows_modules_load_leaves_in_one_line(crow_home, scripted_
 
 def test_ctrl_c_while_crow_serve_starts_at_a_terminal_is_quiet(crow_home, terminal):
     child = terminal.start("serve")
+    child.expect("speaking ACP")  # said at a terminal, as the agent's layers load and start
     child.sendintr()  # at once: while it is still starting
     child.expect(pexpect.EOF)
     child.close()
