@@ -9,7 +9,8 @@ server hears what they log (``crow.store.listen``) and sends its watchers what
 they have not seen (``LiveSession.catch_up``, one task per session at a time);
 hears cancels, permission questions (crow.agent.shared_questions) and held prompts
 (crow.agent.shared_queue) of the others; and every ``ORPHAN_SWEEP_S`` closes the
-turns of servers that died, so those watching elsewhere see the turn end.
+turns of servers that died, so those watching elsewhere see the turn end.  News of
+a session parked here brings it back first (crow.agent.parking).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from crow.acp import InvalidParams
@@ -44,6 +46,22 @@ class ClusterHost(SessionHost, Protocol):
         """Show every watcher the session's held prompts."""
         ...
 
+    def wake(
+        self,
+        session_id: str,
+        *,
+        seq: int | None = None,
+        then: Callable[[LiveSession], None] | None = None,
+    ) -> bool:
+        """News of a session (crow.agent.parking.Parking.wake): if it is parked here it
+        comes back, and ``then`` is given it; whether it was parked."""
+        ...
+
+    def wake_grown(self) -> None:
+        """After a lost connection to the store: the parked sessions whose log grew
+        meanwhile come back."""
+        ...
+
 
 class Cluster:
     """The turn leases of this process, and (on a shared store) the other servers."""
@@ -55,7 +73,7 @@ class Cluster:
         self.questions: SharedQuestions | None = None
         self.queue: SharedQueue | None = None
         if self.store.shared:
-            self.questions = SharedQuestions(self.store, host.live)
+            self.questions = SharedQuestions(self.store, host.live, host.wake)
             self.queue = SharedQueue(self.store, owner)
         self._listener: asyncio.Task[None] | None = None  # other servers' updates
         self._lease_keeper: asyncio.Task[None] | None = None
@@ -105,7 +123,10 @@ class Cluster:
         them, another's are read from the log.  Ours may be heard before the append
         comes back to the loop: while appends are under way, ask again after them."""
         session = self.host.live.get(session_id)
-        if session is None or seq <= max(session.delivered, self.store.logged_here(session_id)):
+        if session is None:
+            self.host.wake(session_id, seq=seq)  # parked here: back, and caught up
+            return
+        if seq <= max(session.delivered, self.store.logged_here(session_id)):
             return
         if not self.store.after_appends(lambda: self._heard(session_id, seq)):
             self._catch_up(session)
@@ -120,13 +141,19 @@ class Cluster:
         if self.queue is not None:
             self.queue.heard(session_id)
         session = self.host.live.get(session_id)
-        if session is not None:
-            self.host.show_queue(session)
-            self.host.advance(session)
+        if session is None:
+            self.host.wake(session_id, then=self._show_held)  # parked here: back first
+        else:
+            self._show_held(session)
+
+    def _show_held(self, session: LiveSession) -> None:
+        self.host.show_queue(session)
+        self.host.advance(session)
 
     def _heard_everything(self) -> None:
         for session in list(self.host.live.values()):
             self._catch_up(session)
+        self.host.wake_grown()
 
     def _heard_cancel(self, session_id: str) -> None:
         """Another server's client cancelled a turn: ours, if it runs here."""

@@ -24,7 +24,7 @@ from . import commands, verdicts
 from .cluster import Cluster
 from .host import SessionHost
 from .params import absolute, directories, existing_directory, replay_cursor, session_info
-from .parking import Parking
+from .parking import Parking, Returning
 from .recovery import close_interrupted_turns, is_orphaned
 from .session import LiveSession
 from .tooling import client_servers, start_tools
@@ -225,10 +225,12 @@ class SessionMethods:
             config_options=self.host.config_options(session)
         )
 
-    async def load(self, record: SessionRecord) -> LiveSession:
+    async def load(self, record: SessionRecord, returning: Returning | None = None) -> LiveSession:
         """Make a stored session live, closing first a turn its dead owner left.  A
         turn another live server runs: on a shared store its clients here watch it
-        (and cannot prompt until it ends); on a file no update would reach them."""
+        (and cannot prompt until it ends); on a file no update would reach them.
+        ``returning`` (a parked session's handle, crow.agent.parking) is given the
+        session the moment it is made live, before anything can reach it."""
         elsewhere = record.owner is not None and record.owner != self.host.owner
         if elsewhere and not is_orphaned(record) and not self.host.store.shared:
             raise InvalidParams(
@@ -240,17 +242,27 @@ class SessionMethods:
             await self.host.store.submit(close_interrupted_turns, self.host.store.sync)
             record = await self.host.store.get_session(record.id) or record
         live = self.host.live.get(record.id)
-        if live is not None or self.host.cluster.questions is None:
-            return live or self.host.activate(record)
+        if live is not None:
+            return live
+        if self.host.cluster.questions is None:
+            return self._activate(record, returning)
         # A shared store: other servers append too.  Live updates start after what
         # the log holds now; the questions already open there are asked here too.
         delivered = await self.host.store.last_seq(record.id)
         live = self.host.live.get(record.id)  # made live meanwhile
         if live is not None:
             return live
+        session = self._activate(record, returning, delivered)
+        await self.host.cluster.questions.pick_up(session.id)
+        return session
+
+    def _activate(
+        self, record: SessionRecord, returning: Returning | None, delivered: int = 0
+    ) -> LiveSession:
         session = self.host.activate(record)
         session.delivered = delivered
-        await self.host.cluster.questions.pick_up(session.id)
+        if returning is not None:
+            returning(session)
         return session
 
     async def named(self, session_id: str) -> LiveSession:

@@ -4,9 +4,9 @@ A session idle for ``[server] unload_idle_s`` (no turn, nothing in the backgroun
 open question, no held prompt, no MCP servers its client named: what stops its tool
 servers) is parked: its ``LiveSession`` goes, tool servers and all, and a handle of a
 few hundred bytes stays.  The handle holds who watches it (the connections that have it
-open, and a client judging it) and what the store does not keep: its "always"
-permission answers for this session, the model that last answered, whether its state
-updates list background work.
+open, and a client judging it), where their updates stopped (the log's seq), and what
+the store does not keep: its "always" permission answers for this session, the model
+that last answered, whether its state updates list background work.
 
 The next request that names it (a prompt, a config option, a verdict, a resume) brings
 it back from the store with that handle: its watchers get its updates as before,
@@ -14,8 +14,25 @@ nothing is replayed to them, and its model, options, title, directories and comm
 are the store's, as they were.  A connection that goes or closes it only leaves the
 handle; the last one to leave drops it.
 
-On a shared (PostgreSQL) store sessions are not parked: what other servers log reaches
-a session's watchers through its ``LiveSession`` (only its tool servers stop).
+On a shared (PostgreSQL) store other servers write to the session while it is parked
+here.  News of it (crow.agent.cluster) brings it back as a request would (``wake``):
+an update another server logged past the handle's seq, a permission question filed on
+it, a change to its held prompts.  Its watchers then get what was logged meanwhile,
+each update once and in the log's order (a catch-up from the handle's seq), are asked
+the open questions and shown the queue, as if it had stayed loaded.  After a lost
+connection to the store (news may have been missed) each parked session whose log
+grew comes back.  A parked session has nothing in the store's shared tables (no turn
+lease, no held prompt, no question of ours), so another server takes a prompt sent to
+it as it would anyway, and when this server dies its clients resume elsewhere as
+before.
+
+A session stays loaded, on either store, while:
+
+- its state is not idle (on a shared store: a turn runs on another server).  Its
+  updates would bring it back at once, and a ``session/cancel`` from its clients here
+  reaches that turn only through the loaded session's state (CrowAgent.cancel);
+- its log lock is held or a catch-up runs: the updates on their way would reach no
+  watcher.
 """
 
 from __future__ import annotations
@@ -27,16 +44,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from crow.store.db import SessionRecord
+from crow.store.db import SessionRecord, StoreError
 from crow.tools.permissions import Permissions
 
 from .host import SessionHost
 from .session import LiveSession
 from .watchers import Watcher
 
-__all__ = ["Parked", "Parking", "parkable"]
+__all__ = ["Parked", "Parking", "Returning", "parkable"]
 
 log = logging.getLogger("crow.agent")
+
+#: Given a session the moment it is live again, before anything can reach it.
+Returning = Callable[[LiveSession], None]
 
 
 @dataclass(slots=True, eq=False)
@@ -48,7 +68,9 @@ class Parked:
     permissions: Permissions | None
     answered_by: str | None
     reports_background: bool
+    delivered: int  # the last seq of its log its watchers were sent
     reviving: asyncio.Task[LiveSession | None] | None = None
+    returned: bool = False  # the handle went back into a live session
 
 
 class ParkingHost(SessionHost, Protocol):
@@ -56,15 +78,20 @@ class ParkingHost(SessionHost, Protocol):
 
 
 def parkable(session: LiveSession) -> bool:
-    """Nothing runs or waits in the session, a client watches it, and its tool
-    servers are all Crow's own (a client's named servers keep their state)."""
+    """Nothing runs or waits in the session, nothing is on its way to its watchers, a
+    client watches it, and its tool servers are all Crow's own (a client's named
+    servers keep their state)."""
     named = session.tool_setup is not None and bool(session.tool_setup[0])
+    catching_up = session.catching_up is not None and not session.catching_up.done()
     return not (
         session.busy
+        or session.state != "idle"  # (on a shared store: a turn on another server)
         or session.background
         or session.questions
         or session.held
         or session.attaching
+        or session.log_lock.locked()
+        or catching_up
         or named
     ) and any(not w.follower for w in session.watchers)
 
@@ -72,13 +99,14 @@ def parkable(session: LiveSession) -> bool:
 class Parking:
     """The parked sessions of one agent, and the sweep that parks idle ones.
 
-    ``make_live(record)`` makes a stored session live (crow.agent.methods.SessionMethods.
-    make_live); ``restart(session)`` gives a returning session its tools and judge."""
+    ``make_live(record, returning)`` makes a stored session live and hands it to
+    ``returning`` at once (crow.agent.methods.SessionMethods.load); ``restart(session)``
+    gives a returning session its tools and judge."""
 
     def __init__(
         self,
         host: ParkingHost,
-        make_live: Callable[[SessionRecord], Awaitable[LiveSession]],
+        make_live: Callable[[SessionRecord, Returning], Awaitable[LiveSession]],
         restart: Callable[[LiveSession], Awaitable[None]],
     ) -> None:
         self.host = host
@@ -90,7 +118,7 @@ class Parking:
     def watch(self) -> None:
         """Park idle sessions from now on (called as sessions are made live)."""
         idle_s = self.host.config.server.unload_idle_s
-        if self._sweeper is None and idle_s > 0 and not self.host.store.shared:
+        if self._sweeper is None and idle_s > 0:
             self._sweeper = self.host.spawn(self._sweep(idle_s), name="park-idle-sessions")
 
     async def _sweep(self, idle_s: float) -> None:
@@ -116,6 +144,7 @@ class Parking:
             permissions=session.permissions,
             answered_by=session.answered_by,
             reports_background=session.reports_background,
+            delivered=session.delivered,
         )
         session.watchers.clear()
         if self.host.judge is not None:
@@ -142,6 +171,49 @@ class Parking:
     def drop(self, session_id: str) -> None:
         self.parked.pop(session_id, None)
 
+    # ---- news from other servers (a shared store) -----------------------------------
+    def wake(
+        self,
+        session_id: str,
+        *,
+        seq: int | None = None,
+        then: Callable[[LiveSession], None] | None = None,
+    ) -> bool:
+        """News of a session from a shared store: another server logged its update
+        ``seq``, or (``seq`` None) filed a question or changed its held prompts.  If it
+        is parked here it comes back, in the background, so its watchers get the news;
+        ``then`` is given it once back.  Returns whether it was parked."""
+        parked = self.parked.get(session_id)
+        if parked is None:
+            return False
+        if seq is not None and seq <= parked.delivered:
+            return True  # its watchers have it already
+        if parked.reviving is None or then is not None:  # (a return under way reads it)
+            self.host.spawn(self._wake(session_id, then), name=f"wake-{session_id}")
+        return True
+
+    async def _wake(self, session_id: str, then: Callable[[LiveSession], None] | None) -> None:
+        try:
+            session = await self.revive(session_id)
+        except StoreError as exc:  # the next news tries again, from the same seq
+            log.warning("bringing session %s back for news failed: %s", session_id, exc)
+            return
+        if session is not None and then is not None:
+            then(session)
+
+    async def wake_grown(self) -> None:
+        """After a lost connection to a shared store (news may have been missed): the
+        parked sessions whose log grew meanwhile come back."""
+        for session_id, parked in list(self.parked.items()):
+            try:
+                last = await self.host.store.last_seq(session_id)
+            except StoreError as exc:
+                log.warning("reading session %s failed: %s", session_id, exc)
+                continue
+            if self.parked.get(session_id) is parked:
+                self.wake(session_id, seq=last)
+
+    # ---- coming back --------------------------------------------------------------
     async def revive(self, session_id: str) -> LiveSession | None:
         """The session live again if it was parked (None if it is gone from the store
         meanwhile), else the live one, if any.  Requests that name it at once share
@@ -163,17 +235,30 @@ class Parking:
             if self.parked.get(session_id) is parked:
                 del self.parked[session_id]
             return None
-        session = await self.make_live(record)
-        if self.parked.get(session_id) is parked:
-            del self.parked[session_id]
+        session = await self.make_live(record, lambda fresh: self._unpark(parked, fresh))
+        self._unpark(parked, session)  # (made live meanwhile, some other way)
+        if self.host.store.shared:
+            await session.catch_up()  # what other servers logged while it was parked
+        await self.restart(session)
+        log.info("session %s loaded again", session_id)
+        return session
+
+    def _unpark(self, parked: Parked, session: LiveSession) -> None:
+        """The handle goes back into the session: before anything is sent to it or
+        asked of it (another server's update, a question), so its watchers miss
+        nothing; once only."""
+        if parked.returned:
+            return
+        parked.returned = True
+        if self.parked.get(session.id) is parked:
+            del self.parked[session.id]
+            if not session.watchers:  # (else those watching have more: none gets it twice)
+                session.delivered = parked.delivered
             session.watchers |= parked.watchers
         session.judge = session.judge or parked.judge
         session.permissions = parked.permissions
         session.answered_by = parked.answered_by
         session.reports_background = parked.reports_background
-        await self.restart(session)
-        log.info("session %s loaded again", session_id)
-        return session
 
 
 def _retried(parked: Parked, done: asyncio.Task[Any]) -> None:

@@ -13,7 +13,8 @@ Who may end what (README, "Several clients"):
 - a client that disconnects only stops watching: a running turn goes on, and
   a session nobody watches is unloaded (its tool servers stop) once idle;
 - a session clients still have open is parked once idle for ``[server]
-  unload_idle_s`` (crow.agent.parking), and comes back when a request names it;
+  unload_idle_s`` (crow.agent.parking), and comes back when a request names it
+  (or, on a shared store, when another server writes to it);
 - ``session/close`` detaches the caller; when the last watcher leaves, the
   running turn is cancelled and the session unloaded;
 - ``session/cancel`` from any watcher cancels the turn; ``session/delete``
@@ -35,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -242,6 +244,19 @@ class CrowAgent:
 
     def show_queue(self, session: LiveSession) -> None:
         self.prompts.show_queue(session)
+
+    def wake(
+        self,
+        session_id: str,
+        *,
+        seq: int | None = None,
+        then: Callable[[LiveSession], None] | None = None,
+    ) -> bool:
+        """News of a session from the store: back if it was parked (crow.agent.parking)."""
+        return self.methods.parking.wake(session_id, seq=seq, then=then)
+
+    def wake_grown(self) -> None:
+        self.spawn(self.methods.parking.wake_grown(), name="wake-grown")
 
     async def judging_started(self, watcher: Watcher, params: Any) -> dict[str, Any]:
         """``_crow/judging``: the session's judge starts on a turn (shown as background)."""

@@ -109,8 +109,9 @@ class LiveSession:
     more_to_catch: bool = False
     #: On a shared store: the clients of the other servers, asked with ours.
     remote_askers: Any = None
-    #: When it last logged an update or a client attached (time.monotonic): an idle
-    #: session is parked after a while (crow.agent.parking).
+    #: When it last logged an update, sent one another server logged, or a client
+    #: attached (time.monotonic): an idle session is parked after a while
+    #: (crow.agent.parking).
     active_at: float = field(default_factory=time.monotonic)
     #: What the model sees, as last read (``transcript``), and the seq it was read to.
     _transcript: list[TranscriptEntry] | None = None
@@ -352,7 +353,10 @@ class LiveSession:
             await self._catch_up_locked()
 
     async def _catch_up_locked(self, before: int | None = None) -> None:
-        for seq, body in await self.store.updates(self.id, after=self.delivered):
+        rows = await self.store.updates(self.id, after=self.delivered)
+        if rows:  # another server works in it: not idle here either (crow.agent.parking)
+            self.active_at = time.monotonic()
+        for seq, body in rows:
             if before is not None and seq >= before:
                 break
             update = orjson.loads(body)

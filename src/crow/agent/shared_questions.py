@@ -6,7 +6,8 @@ clients of every other server: ``RemoteAsking`` is one more asker of the
 ``Question`` (asking.py), for whom "asking" means filing the question in the
 ``questions`` table.  Every server hears of each filed, answered or closed question
 (``crow_questions``, crow.store.listen); one with clients on that session asks
-them (``SharedQuestions.heard``) and files the first answer.  The store keeps only
+them (``SharedQuestions.heard``; a session parked there comes back first, and asks
+the questions open on it as it does) and files the first answer.  The store keeps only
 the first answer filed (``answer_question``), so the first answer wins across
 servers as it does among one server's clients; the server running the turn then
 withdraws its question everywhere (closing it cancels the other servers' askings).
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -40,9 +42,15 @@ log = logging.getLogger("crow.agent")
 class SharedQuestions:
     """One server's side of the shared questions."""
 
-    def __init__(self, store: SessionStore, live: dict[str, LiveSession]) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        live: dict[str, LiveSession],
+        wake: Callable[[str], bool],
+    ) -> None:
         self.store = store
         self.live = live
+        self.wake = wake  # a session parked here comes back (crow.agent.parking)
         self.filed: dict[str, asyncio.Future[str]] = {}  # ours, awaiting an answer
         self.asking: dict[str, asyncio.Task[None]] = {}  # others', put to our clients
         self._tasks: set[asyncio.Task[None]] = set()
@@ -81,7 +89,10 @@ class SharedQuestions:
                 asking.cancel()  # answered elsewhere, or withdrawn: stop asking here
             return
         session = self.live.get(session_id)
-        if session is None or question_id in self.asking:
+        if session is None:
+            self.wake(session_id)  # parked here: back, it asks its open ones (pick_up)
+            return
+        if question_id in self.asking:
             return
         request = schema.RequestPermissionRequest.model_validate(orjson.loads(params))
         self.asking[question_id] = asyncio.create_task(
