@@ -157,8 +157,10 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
     scripted_model.script(Slow(words, chunks=10, delay_s=0.5))
     env = {"CROW_STORE_URL": postgres_url}
     first, second = HttpServer(env=env), HttpServer(env=env)
+    clients = []  # closed at the end: a client left open is GC'd in a later test
     try:
         client = await client_for(first.url)
+        clients.append(client)
         session = await client.new_session("/tmp")
         await session.prompt("count to eight")
         while "two" not in session.projection.text():
@@ -169,6 +171,7 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
             while True:  # the connection closes under us
                 await asyncio.wait_for(client.next_update(session.id), 10)
         elsewhere = await client_for(second.url)
+        clients.append(elsewhere)
         seqs: list[int] = []  # every crow/seq received, as it came
         deliver = elsewhere.peer._on_notification
 
@@ -188,6 +191,9 @@ async def test_sigterm_lets_the_turn_finish_while_its_client_moves_to_another_se
         full = await elsewhere.resume_session(session.id, "/tmp", replay_after=0)
         assert full.projection.text() == words
     finally:
+        for opened in clients:
+            with contextlib.suppress(Exception):
+                await opened.aclose()
         first.stop()
         second.stop()
 
