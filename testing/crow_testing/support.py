@@ -15,7 +15,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 ECHO_AGENT = [sys.executable, str(ROOT / "examples" / "echo_agent.py")]
-WAIT_S = 10.0
+#: How long an agent may take to send its next message (or exit): a hang's deadline.  A
+#: first tool turn on a loaded two-core machine (tool servers starting) took over 10 s.
+WAIT_S = 30.0
 #: Lines of an agent's stderr shown in the error that reports it stuck.
 STDERR_TAIL = 400
 
