@@ -114,13 +114,15 @@ def upsert(table: Any, rows: list[dict[str, Any]]) -> Any:
 
 
 def full_text(
-    table: Any, query: str, where: str, limit: int, columns: list[str] = COLUMNS
+    table: Any, query: str, where: str, limit: int, *, row_ids: bool = False
 ) -> list[dict[str, Any]]:
-    """Full-text matches; punctuation in a query is no syntax to LanceDB."""
+    """Full-text matches (each with its ``_rowid`` if ``row_ids``); punctuation in a
+    query is no syntax to LanceDB."""
     words = " ".join(re.findall(r"\w+", query))
     if not words:
         return []
-    search = table.search(words, query_type="fts").select([*columns, "_score"])
+    search = table.search(words, query_type="fts").select([*COLUMNS, "_score"])
+    search = search.with_row_id(row_ids)
     if where:
         search = search.where(where, prefilter=True)
     try:

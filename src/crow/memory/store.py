@@ -21,7 +21,9 @@ in a thread.
 
 What it hands out is in ``records``; the rows and their SQL filters in ``rows``; the
 fusion of the two rankings in ``ranking``; the indexes kept current as the table
-grows (an ANN index past ``upkeep.ANN_FROM`` memories) in ``upkeep``.
+grows (an ANN index past ``upkeep.ANN_FROM`` memories) in ``upkeep``; the new
+memories acknowledged before LanceDB commits them in ``journal``; the rows the
+index misses, which remember's search for a twin reads from memory, in ``fresh``.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ class MemoryStore:
                 if row["id"] not in have:
                     missing[row["id"]] = fit(table, row)
             if missing:
-                with self._fresh.writing():
+                with self._fresh.writing(table):
                     added = table.add(list(missing.values()))
                     self._fresh.wrote(added.version, missing.values())
                 log.info("memory: %d memories of a stopped process were written", len(missing))
@@ -186,7 +188,7 @@ class MemoryStore:
         def add() -> None:
             table = self._open(drain=False)
             assert table is not None  # made by the remember that journaled the rows
-            with self._fresh.writing():
+            with self._fresh.writing(table):
                 added = table.add([fit(table, dict(row)) for row in rows])
                 self._fresh.wrote(added.version, rows)
             self._after_write(table)
@@ -402,7 +404,7 @@ class MemoryStore:
                     done.append(Remembered(new_id, None if old is None else new_id, old))
                 rows[row["id"]] = row  # the same id twice in a batch: the later one stands
                 seen[key] = memory_of(row)
-            with self._fresh.writing():
+            with self._fresh.writing(table):
                 if any(answer.merged_into for answer in done):
                     written = upsert(table, list(rows.values()))  # a join on every id
                 else:
@@ -453,7 +455,7 @@ class MemoryStore:
             if twin is not None:
                 row = new_row(twin.id, text, scope, (*twin.tags, *tags), twin, vector, stamp)
                 row["created"] = twin.created
-                with self._fresh.writing():
+                with self._fresh.writing(table):
                     self._fresh.wrote(upsert(table, [row]).version, [row])
                 return Remembered(twin.id, merged_into=twin.id, replaced_text=twin.text)
             new_id = memory_id if memory_id and MEMORY_ID.fullmatch(memory_id) else new_memory_id()
@@ -537,7 +539,7 @@ class MemoryStore:
                 table = self._open()
                 found = self.get(memory_id, table)
                 if found is not None and table is not None:
-                    with self._fresh.writing():
+                    with self._fresh.writing(table):
                         done = table.delete(f"id = {quote(memory_id)}")
                         self._fresh.deleted(done.version, [memory_id])
                 return found
@@ -558,11 +560,12 @@ class MemoryStore:
         if not ids or table is None:
             return
         try:
-            with self._fresh.writing():
+            with self._fresh.writing(table):
+                rows = self._fresh.recalling(table, ids)
                 done = table.update(
                     where=f"id IN ({', '.join(map(quote, ids))})", values={"recalled": time.time()}
                 )
-                self._fresh.recalled(done.version, ids)
+                self._fresh.recalled(done.version, rows)
         except Exception as exc:  # another process's commit won: the stamp is not worth a retry
             log.debug("memory: recalled stamp lost: %s", exc)
 
@@ -585,20 +588,17 @@ class MemoryStore:
         by_meaning: list[dict[str, Any]] = []
         # The words are searched in another thread while the query is embedded and
         # searched by meaning (LanceDB and onnxruntime let go of the GIL).
-        with_vectors = has_vector_column(table)
-        # The vectors too (~0.7 ms): marking the hits recalled rewrites their rows (fresh).
-        columns = [*COLUMNS, "vector"] if with_vectors else COLUMNS
-        by_words = _searches().submit(full_text, table, query, where, depth, columns)
-        if vectors.usable and with_vectors:
+        by_words = _searches().submit(full_text, table, query, where, depth, row_ids=True)
+        if vectors.usable and has_vector_column(table):
             embedded = self._embed([query])
             if embedded is None:
                 vectors = _Vectors(False, self._down_reason)
             else:
-                by_meaning = _by_meaning(table, embedded[0], where, depth, columns=columns)
+                by_meaning = _by_meaning(table, embedded[0], where, depth, row_ids=True)
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
         words = by_words.result()
-        self._fresh.saw([*by_meaning, *words])
+        self._fresh.saw([*by_meaning, *words])  # the hits' row ids, for mark_recalled
         hits = fuse(by_meaning, words, limit)
         mode = "hybrid" if vectors.usable else "text"
         return Recall(
@@ -736,15 +736,15 @@ def _by_meaning(
     probes: int = NPROBES,
     columns: list[str] = COLUMNS,
     indexed_only: bool = False,
+    row_ids: bool = False,
 ) -> list[dict[str, Any]]:
     """The nearest memories by cosine, through the ANN index once there is one (rows
-    not yet in it are searched flat, unless ``indexed_only``).  Memories stored
-    without a vector are left out here, not by a ``vector IS NOT NULL`` filter: that
-    reads every vector (~100 ms at 100,000 memories)."""
+    not yet in it are searched flat, unless ``indexed_only``; each with its ``_rowid``
+    if ``row_ids``).  Memories stored without a vector are left out here, not by a
+    ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at 100,000 memories)."""
     search = table.search(vector, vector_column_name="vector").metric("cosine")
-    # The vectors only when asked (~0.7 ms more at 100,000); _distance named, or
-    # LanceDB warns on stderr.
-    search = search.nprobes(probes).select([*columns, "_distance"])
+    # Not the vectors (~2 ms at 100,000); _distance named, or LanceDB warns on stderr.
+    search = search.nprobes(probes).select([*columns, "_distance"]).with_row_id(row_ids)
     if indexed_only:
         search = search.fast_search()
     if where:

@@ -100,13 +100,13 @@ def test_a_twin_another_process_wrote_is_read_from_the_table(indexed):
 
 
 def test_a_recalled_memory_is_rewritten_fresh_and_still_a_twin(indexed):
-    assert _known(indexed) == []
-    found = indexed.recall("service s42 listens on port p42 in rack r8", limit=3)
+    store = MemoryStore(indexed.folder, WordHashes(), ann_from=ANN_FROM)  # as a new process
+    found = store.recall("service s42 listens on port p42 in rack r8", limit=3)
     target = found.hits[0].memory
     assert target.text == "service s42 listens on port p42 in rack r8"
-    indexed.mark_recalled([target.id])  # a delete and an add: the index misses it now
-    assert _known(indexed) == [target.id]
-    again = indexed.remember("Service s42 listens on port p42 in rack r8!", scope="global")
+    store.mark_recalled([target.id])  # a delete and an add: the index misses it now
+    assert _known(store) == [target.id]  # known from its first write on
+    again = store.remember("Service s42 listens on port p42 in rack r8!", scope="global")
     assert again.merged_into == target.id
 
 
@@ -143,7 +143,7 @@ def test_rows_are_known_from_a_covered_version_through_this_stores_writes_only()
     assert fresh.rows(Table(5, unindexed=None)) is None  # no vector index
     assert fresh.rows(Table(5, unindexed=2)) is None  # rows nobody told here
     assert fresh.rows(Table(5)) is not None
-    with fresh.writing():
+    with fresh.writing(Table(5)):
         fresh.wrote(6, [row("mem_a"), row("mem_b", "project:/p", 1)])
     known = fresh.rows(Table(6, unindexed=2))
     assert known is not None and known.ids == ["mem_a", "mem_b"]
@@ -161,7 +161,7 @@ def test_rows_are_known_from_a_covered_version_through_this_stores_writes_only()
 def test_a_failed_write_or_too_many_rows_lose_them():
     fresh = FreshRows()
     fresh.rows(Table(1))
-    with pytest.raises(RuntimeError), fresh.writing():
+    with pytest.raises(RuntimeError), fresh.writing(Table(1)):
         raise RuntimeError("a commit that may have landed")
     assert fresh.rows(Table(1, unindexed=1)) is None
     fresh.rows(Table(2))
