@@ -3,9 +3,10 @@
 A layer below ``crow.servers`` (the memory MCP server) and ``crow.agent``
 (automatic recall); it knows nothing of ACP.  The modules: ``scopes`` (light:
 the agent imports it early), ``store`` (LanceDB; with ``records``, ``rows``,
-``ranking`` and ``upkeep``: the indexes as the table grows), ``embedders`` and
-``minilm`` (onnxruntime, with ``wordpiece``), ``shared`` (one store per process
-and folder).
+``ranking`` and ``upkeep``: the indexes as the table grows; ``journal``: new
+memories kept safe until committed; ``fresh``: the rows the index misses, for
+remember's twin check), ``embedders`` and ``minilm`` (onnxruntime, with
+``wordpiece``), ``shared`` (one store per process and folder).
 """
 
 from pathlib import Path

@@ -103,21 +103,26 @@ def fit(table: Any, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def upsert(table: Any, rows: list[dict[str, Any]]) -> None:
+def upsert(table: Any, rows: list[dict[str, Any]]) -> Any:
     """Write memories in one commit, each replacing the one of its id if there is one
-    (a reader never sees it missing)."""
+    (a reader never sees it missing); LanceDB's result (its ``version``)."""
     import pyarrow as pa  # with LanceDB: only once memories are written (store.db)
 
     data = pa.Table.from_pylist([fit(table, row) for row in rows], schema=table.schema)
-    table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(data)
+    merge = table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all()
+    return merge.execute(data)
 
 
-def full_text(table: Any, query: str, where: str, limit: int) -> list[dict[str, Any]]:
-    """Full-text matches; punctuation in a query is no syntax to LanceDB."""
+def full_text(
+    table: Any, query: str, where: str, limit: int, *, row_ids: bool = False
+) -> list[dict[str, Any]]:
+    """Full-text matches (each with its ``_rowid`` if ``row_ids``); punctuation in a
+    query is no syntax to LanceDB."""
     words = " ".join(re.findall(r"\w+", query))
     if not words:
         return []
     search = table.search(words, query_type="fts").select([*COLUMNS, "_score"])
+    search = search.with_row_id(row_ids)
     if where:
         search = search.where(where, prefilter=True)
     try:

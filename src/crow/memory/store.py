@@ -21,7 +21,9 @@ in a thread.
 
 What it hands out is in ``records``; the rows and their SQL filters in ``rows``; the
 fusion of the two rankings in ``ranking``; the indexes kept current as the table
-grows (an ANN index past ``upkeep.ANN_FROM`` memories) in ``upkeep``.
+grows (an ANN index past ``upkeep.ANN_FROM`` memories) in ``upkeep``; the new
+memories acknowledged before LanceDB commits them in ``journal``; the rows the
+index misses, which remember's search for a twin reads from memory, in ``fresh``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ..private import private_dir
 from . import TABLE, has_memories
 from .commits import making_table, retrying
 from .embedders import Embedder, EmbedderUnavailable
+from .fresh import FreshRows
 from .journal import Journal, existing_journal, journal_for, recover
 from .ranking import fuse
 from .records import Hit, Memory, Recall, Remembered, memory_of
@@ -106,6 +109,7 @@ class MemoryStore:
         self._table: Any | None = None  # opened once: it reads the latest version anyway
         self._journal: Journal | None = None  # made by the first remember
         self._recover_at = 0.0  # when to look for dead processes' journals again
+        self._fresh = FreshRows()  # the rows the ANN index misses, while all are known
 
     # ---- the table ------------------------------------------------------------------
     @property
@@ -171,7 +175,9 @@ class MemoryStore:
                 if row["id"] not in have:
                     missing[row["id"]] = fit(table, row)
             if missing:
-                table.add(list(missing.values()))
+                with self._fresh.writing(table):
+                    added = table.add(list(missing.values()))
+                    self._fresh.wrote(added.version, missing.values())
                 log.info("memory: %d memories of a stopped process were written", len(missing))
 
         retrying(add)
@@ -182,7 +188,9 @@ class MemoryStore:
         def add() -> None:
             table = self._open(drain=False)
             assert table is not None  # made by the remember that journaled the rows
-            table.add([fit(table, dict(row)) for row in rows])
+            with self._fresh.writing(table):
+                added = table.add([fit(table, dict(row)) for row in rows])
+                self._fresh.wrote(added.version, rows)
             self._after_write(table)
 
         retrying(add)
@@ -219,6 +227,7 @@ class MemoryStore:
         mode = "overwrite" if replace else "create"
         table = self.db.create_table(TABLE, schema=schema, mode=mode, exist_ok=not replace)
         self._table = table
+        self._fresh.lost()
         (self.folder / INDEX_BUILT).unlink(missing_ok=True)  # a new table: no index yet
         if rows:
             table.add(rows)
@@ -395,10 +404,12 @@ class MemoryStore:
                     done.append(Remembered(new_id, None if old is None else new_id, old))
                 rows[row["id"]] = row  # the same id twice in a batch: the later one stands
                 seen[key] = memory_of(row)
-            if any(answer.merged_into for answer in done):
-                upsert(table, list(rows.values()))  # a join on every id in the table
-            else:
-                table.add([fit(table, row) for row in rows.values()])  # all new: no join
+            with self._fresh.writing(table):
+                if any(answer.merged_into for answer in done):
+                    written = upsert(table, list(rows.values()))  # a join on every id
+                else:
+                    written = table.add([fit(table, row) for row in rows.values()])  # all new
+                self._fresh.wrote(written.version, rows.values())
             self._after_write(table)
             return done, seen
 
@@ -444,7 +455,8 @@ class MemoryStore:
             if twin is not None:
                 row = new_row(twin.id, text, scope, (*twin.tags, *tags), twin, vector, stamp)
                 row["created"] = twin.created
-                upsert(table, [row])
+                with self._fresh.writing(table):
+                    self._fresh.wrote(upsert(table, [row]).version, [row])
                 return Remembered(twin.id, merged_into=twin.id, replaced_text=twin.text)
             new_id = memory_id if memory_id and MEMORY_ID.fullmatch(memory_id) else new_memory_id()
             row = new_row(new_id, text, scope, tags, None, vector, stamp)
@@ -476,22 +488,8 @@ class MemoryStore:
         """A memory in the same scope that says the same: merged instead of piling up."""
         where = f"scope = {quote(scope)}"
         if vector is not None:
-            # Filtered after the search (the nearest few of any scope): a filter before
-            # it costs a pass over every scope, and a twin is among the nearest.  A twin
-            # (cosine >= the threshold) sits in the new memory's group of the index or
-            # one beside it: a few probes do, at ~8 ms less than a recall's 40.  Only
-            # the ids are read (~2 ms less at 100,000); a twin's row is read after.
-            rows = _by_meaning(
-                table,
-                vector,
-                where,
-                TWIN_DEPTH,
-                prefilter=False,
-                probes=TWIN_PROBES,
-                columns=["id"],
-            )
-            if rows and 1.0 - rows[0]["_distance"] >= self.merge_threshold:
-                twin = self.get(rows[0]["id"], table)
+            for memory_id in self._nearest(table, vector, where, scope):
+                twin = self.get(memory_id, table)
                 if twin is not None:  # (None: forgotten by another process meanwhile)
                     return twin
             if self.merge_threshold < 0.99:
@@ -501,6 +499,35 @@ class MemoryStore:
             if normal_text(row["text"]) == wanted:
                 return memory_of(row)
         return None
+
+    def _nearest(self, table: Any, vector: np.ndarray, where: str, scope: str) -> list[str]:
+        """The ids of the memories of ``scope`` nearest ``vector`` at the merge
+        threshold or above, nearest first (two at most: the index's and the fresh rows').
+
+        Filtered after the search (the nearest few of any scope): a filter before it
+        costs a pass over every scope, and a twin is among the nearest.  A twin
+        (cosine >= the threshold) sits in the new memory's group of the index or one
+        beside it: a few probes do, at ~8 ms less than a recall's 40.  Only the ids
+        are read (~2 ms less at 100,000); a twin's row is read after.  The rows the
+        index misses are searched in numpy when this process knows them all (``fresh``),
+        else read from the table's fragments beside the index."""
+        fresh = self._fresh.rows(table)
+        rows = _by_meaning(
+            table,
+            vector,
+            where,
+            TWIN_DEPTH,
+            prefilter=False,
+            probes=TWIN_PROBES,
+            columns=["id"],
+            indexed_only=fresh is not None,
+        )
+        found = [(1.0 - rows[0]["_distance"], rows[0]["id"])] if rows else []
+        nearest = None if fresh is None else fresh.nearest(vector, scope)
+        if nearest is not None:
+            found.append((nearest[1], nearest[0]))
+        found.sort(reverse=True)
+        return [memory_id for similarity, memory_id in found if similarity >= self.merge_threshold]
 
     def forget(self, memory_id: str) -> Memory | None:
         """Delete one memory; returns it (None if there was none)."""
@@ -512,7 +539,9 @@ class MemoryStore:
                 table = self._open()
                 found = self.get(memory_id, table)
                 if found is not None and table is not None:
-                    table.delete(f"id = {quote(memory_id)}")
+                    with self._fresh.writing(table):
+                        done = table.delete(f"id = {quote(memory_id)}")
+                        self._fresh.deleted(done.version, [memory_id])
                 return found
 
         return retrying(forget)
@@ -531,9 +560,12 @@ class MemoryStore:
         if not ids or table is None:
             return
         try:
-            table.update(
-                where=f"id IN ({', '.join(map(quote, ids))})", values={"recalled": time.time()}
-            )
+            with self._fresh.writing(table):
+                rows = self._fresh.recalling(table, ids)
+                done = table.update(
+                    where=f"id IN ({', '.join(map(quote, ids))})", values={"recalled": time.time()}
+                )
+                self._fresh.recalled(done.version, rows)
         except Exception as exc:  # another process's commit won: the stamp is not worth a retry
             log.debug("memory: recalled stamp lost: %s", exc)
 
@@ -556,16 +588,18 @@ class MemoryStore:
         by_meaning: list[dict[str, Any]] = []
         # The words are searched in another thread while the query is embedded and
         # searched by meaning (LanceDB and onnxruntime let go of the GIL).
-        by_words = _searches().submit(full_text, table, query, where, depth)
+        by_words = _searches().submit(full_text, table, query, where, depth, row_ids=True)
         if vectors.usable and has_vector_column(table):
             embedded = self._embed([query])
             if embedded is None:
                 vectors = _Vectors(False, self._down_reason)
             else:
-                by_meaning = _by_meaning(table, embedded[0], where, depth)
+                by_meaning = _by_meaning(table, embedded[0], where, depth, row_ids=True)
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
-        hits = fuse(by_meaning, by_words.result(), limit)
+        words = by_words.result()
+        self._fresh.saw([*by_meaning, *words])  # the hits' row ids, for mark_recalled
+        hits = fuse(by_meaning, words, limit)
         mode = "hybrid" if vectors.usable else "text"
         return Recall(
             hits, mode, None if vectors.usable else f"searched by text only: {vectors.reason}"
@@ -701,14 +735,18 @@ def _by_meaning(
     prefilter: bool = True,
     probes: int = NPROBES,
     columns: list[str] = COLUMNS,
+    indexed_only: bool = False,
+    row_ids: bool = False,
 ) -> list[dict[str, Any]]:
     """The nearest memories by cosine, through the ANN index once there is one (rows
-    not yet in it are searched flat).  Memories stored without a vector are left out
-    here, not by a ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at
-    100,000 memories)."""
+    not yet in it are searched flat, unless ``indexed_only``; each with its ``_rowid``
+    if ``row_ids``).  Memories stored without a vector are left out here, not by a
+    ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at 100,000 memories)."""
     search = table.search(vector, vector_column_name="vector").metric("cosine")
     # Not the vectors (~2 ms at 100,000); _distance named, or LanceDB warns on stderr.
-    search = search.nprobes(probes).select([*columns, "_distance"])
+    search = search.nprobes(probes).select([*columns, "_distance"]).with_row_id(row_ids)
+    if indexed_only:
+        search = search.fast_search()
     if where:
         search = search.where(where, prefilter=prefilter)
     rows = search.limit(limit).to_list()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from crow_testing.word_hashes import WordHashes
 
+from crow.memory import journal as journal_module
 from crow.memory import store as store_module
 from crow.memory.journal import JOURNALS
 from crow.memory.store import MemoryStore
@@ -131,3 +132,20 @@ def test_this_process_reads_what_it_remembered_and_merges_a_waiting_twin(tmp_pat
     found = elsewhere.recall("mail relay port 2525", limit=1)
     assert found.hits and found.hits[0].memory.id == second.id
     assert len(elsewhere.all()) == 2
+
+
+def test_a_burst_of_remembers_is_one_commit_and_a_read_does_not_wait_for_more(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(journal_module, "COMMIT_AFTER_S", 3600.0)  # only a read commits
+    store = MemoryStore(tmp_path / "memory", WordHashes())
+    store.remember("the first memory makes the table", scope="global")
+    store.settle()
+    version = store._open().version
+    ids = [
+        store.remember(f"deploy key k{n} rotates every {n} days", scope="global").id
+        for n in range(5)
+    ]
+    assert store._open(drain=False).count_rows() == 1  # acknowledged: in the journal
+    assert {memory.id for memory in store.all()} >= set(ids)  # a read commits them, at once
+    assert store._open().version == version + 1  # in one commit
