@@ -97,6 +97,9 @@ class AsyncStore:
         # (at most LOGGED_KEPT sessions, the latest): see ``logged_here``.
         self._logged: dict[str, int] = {}
         self._after_appends: list[Callable[[], None]] = []
+        # Per session, the writes of its transcript or lease still under way: while
+        # any is, a read of it waits behind them (``transcript_after``).
+        self._unsettled: dict[str, int] = {}
         # The sessions to create at the end of this loop pass, together, with their futures.
         self._creating: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]] | None = None
         self._created_all: asyncio.Future[None] | None = None
@@ -191,15 +194,33 @@ class AsyncStore:
             result = await self.submit(getattr(self.sync, method), *args, **kwargs)
         return result
 
-    def _write(self, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-        """A one-statement write (a message, the lease), as ``_read``: on the loop's
-        connection when it can (tens of microseconds in WAL mode, against a hop to
-        the thread and back), else on the thread.  A future either way: the caller
-        may need ``settled`` on it."""
-        done = self._done_here(method, *args, **kwargs)
+    def _write(
+        self, method: str, session_id: str, *args: Any, **kwargs: Any
+    ) -> asyncio.Future[Any]:
+        """A one-statement write to a session (a message, the lease), as ``_read``: on
+        the loop's connection when it can (tens of microseconds in WAL mode, against
+        a hop to the thread and back), else on the thread.  A future either way: the
+        caller may need ``settled`` on it."""
+        done = self._done_here(method, session_id, *args, **kwargs)
         if done is not None:
             return done
-        return self.submit(getattr(self.sync, method), *args, **kwargs)
+        future = self.submit(getattr(self.sync, method), session_id, *args, **kwargs)
+        self._settling([session_id], future)
+        return future
+
+    def _settling(self, session_ids: Iterable[str], future: asyncio.Future[Any]) -> None:
+        """Reads of these sessions' transcripts wait behind ``future`` until it is done."""
+        sessions = set(session_ids)
+        for session_id in sessions:
+            self._unsettled[session_id] = self._unsettled.get(session_id, 0) + 1
+
+        def settled(_: asyncio.Future[Any]) -> None:
+            for session_id in sessions:
+                left = self._unsettled.pop(session_id) - 1
+                if left:
+                    self._unsettled[session_id] = left
+
+        future.add_done_callback(settled)
 
     def _count_fast_writes(self) -> None:
         """The loop's connection never checkpoints the WAL: the thread does, now and then."""
@@ -344,6 +365,8 @@ class AsyncStore:
             batch.futures += futures
         if new:  # the batch's write is queued; appends until the next call join it
             self._thread.submit(self._write_appends, batch, loop)
+        touched = {session_id for session_id, *_ in updates}
+        self._settling(touched.union(s for s, _, _ in transcript or ()), futures[-1])
         return futures
 
     def _write_appends(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
@@ -459,6 +482,13 @@ class AsyncStore:
         return entries
 
     async def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
+        """What this process wrote itself is answered here, without a read or a hop to
+        the thread (crow.store.tails), once every write to the session made before
+        this call is done."""
+        if not self._unsettled.get(session_id):
+            known = self.sync.tails.after(session_id, after)
+            if known is not None:
+                return known
         entries: list[TranscriptEntry] = await self._read("transcript_after", session_id, after)
         return entries
 

@@ -53,6 +53,7 @@ from .listen import Heard, follow_updates
 from .migrations import migrate_postgres
 from .records import PendingMessage, PendingUpdate, StoreError, database_errors
 from .sql import UPDATES_CHANNEL, Statements
+from .tails import TranscriptTails
 from .urls import redact_url
 
 log = logging.getLogger("crow.store")
@@ -111,6 +112,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.tails = TranscriptTails()
         try:
             connection = PostgresConnection(url)
         except database_errors() as exc:
@@ -145,19 +147,34 @@ class PostgresStore(Store):
         last); one sets what the updates change on their sessions.  The seqs are
         read after the commit."""
         sessions, bodies = [s for s, *_ in batch], [body.decode() for _, body, *_ in batch]
-        locked = sorted({*sessions, *(s for s, _, _ in transcript or ())})
+        writing = [s for s, _, _ in transcript or ()]
+        messages = [json.dumps(message) for _, message, _ in transcript or ()]
+        locked = sorted({*sessions, *writing})
         changes = _changes(batch)
-        with self._transaction():
-            self.db.execute(_LOCK_SESSIONS, (locked,))
-            if transcript:
-                entries = [[s for s, _, _ in transcript], [k for _, _, k in transcript]]
-                entries.append([json.dumps(message) for _, message, _ in transcript])
-                self.db.execute(_ADD_MESSAGES, tuple(entries))
-            added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
-            if changes:
-                columns = zip(*changes, strict=True)
-                self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
-        return seqs_of(sessions, added.fetchall())
+        with self._noting(batch, transcript):
+            with self._transaction():
+                self.db.execute(_LOCK_SESSIONS, (locked,))
+                if transcript:
+                    kinds = [kind for _, _, kind in transcript]
+                    written = self.db.execute(_ADD_MESSAGES, (writing, kinds, messages))
+                added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
+                if changes:
+                    columns = zip(*changes, strict=True)
+                    self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
+            entries = seqs_of(writing, written.fetchall()) if transcript else []
+            seqs = seqs_of(sessions, added.fetchall())
+        self._noted(batch, transcript or [], entries, messages)
+        return seqs
+
+    def _take_turn(self, session_id: str, params: tuple[Any, ...]) -> int | None:
+        """The lease and the transcript's last seq in one round trip: two statements,
+        pipelined (the second's snapshot is taken once the first has its row lock,
+        so it sees a transcript written by whoever held the lock)."""
+        with self.db.pipeline() as conn:
+            taken = conn.execute(self.sql.acquire_turn, params)
+            last = conn.execute(self.sql.transcript_last, (session_id,))
+        row = last.fetchone()
+        return None if taken.rowcount != 1 else int(row[0])
 
     def _begin(self) -> None:
         self.db.begin()
@@ -240,16 +257,17 @@ LOCK_SESSION = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
 #: Sessions' rows locked, in the order of their ids.
 _LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id FOR UPDATE"
 #: Transcript entries (session ids, kinds, JSON bodies: three arrays) numbered after
-#: each session's last entry, in their order, inserted.
+#: each session's last entry, in their order, inserted; each session's last returned.
 _ADD_MESSAGES = (
     "WITH new AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[]) WITH ORDINALITY"
     " AS row(session_id, kind, body, n)),"
     " last AS (SELECT one.session_id, (SELECT COALESCE(MAX(seq), 0) FROM transcript"
     " WHERE transcript.session_id = one.session_id) AS seq"
-    " FROM (SELECT DISTINCT session_id FROM new) AS one)"
-    " INSERT INTO transcript (session_id, seq, kind, body) SELECT new.session_id,"
+    " FROM (SELECT DISTINCT session_id FROM new) AS one),"
+    " added AS (INSERT INTO transcript (session_id, seq, kind, body) SELECT new.session_id,"
     " last.seq + ROW_NUMBER() OVER (PARTITION BY new.session_id ORDER BY new.n), new.kind,"
-    " new.body FROM new JOIN last USING (session_id)"
+    " new.body FROM new JOIN last USING (session_id) RETURNING session_id, seq)"
+    " SELECT session_id, MAX(seq) FROM added GROUP BY session_id"
 )
 #: What updates set on their sessions (``_changes``' rows, as five arrays): the state
 #: and stop reason where one is given, the lease released where it went idle, the
@@ -356,6 +374,16 @@ class PostgresConnection:
     def executemany(self, sql: str, rows: list[tuple[Any, ...]], /) -> None:
         with self.ready().cursor() as cursor:
             cursor.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[Any]:
+        """psycopg's connection, for statements sent without waiting for each other's
+        answers (one implicit transaction, committed as the block is left: one round
+        trip in all); read their cursors after the block.  (Run on the connection
+        itself: ``ready``'s check would take the answers arriving for a hang-up.)"""
+        conn = self.ready()
+        with conn.pipeline():
+            yield conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

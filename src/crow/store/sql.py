@@ -120,6 +120,7 @@ class Statements:
         "SELECT seq, kind, body FROM transcript WHERE session_id = {p} AND seq > {p} ORDER BY seq"
     )
     transcript_rows: str = "SELECT kind, body FROM transcript WHERE session_id = {p} ORDER BY seq"
+    transcript_last: str = "SELECT COALESCE(MAX(seq), 0) FROM transcript WHERE session_id = {p}"
 
     @classmethod
     def marked(cls, mark: str) -> Statements:
