@@ -37,6 +37,7 @@ from .records import (
     StateChange,
     StoreError,
     TranscriptEntry,
+    database_errors,
     decode_cursor,
     encode_cursor,
     entries,
@@ -296,6 +297,30 @@ class Store(ABC):
         else:
             self.tails.leased(session_id, last)
         return last
+
+    def append_and_take(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage] | None,
+        leases: list[tuple[str, dict[str, Any]]],
+    ) -> tuple[list[int] | BaseException, list[bool | BaseException]]:
+        """``append_updates`` (unless ``batch`` is empty), then ``acquire_turn`` for
+        each of ``leases`` (session id, its keyword arguments): the calls the store's
+        thread found queued together (crow.store.aio).  Each part's outcome, or the
+        database error it met: one's failure is not another's."""
+        appended: list[int] | BaseException = []
+        if batch:
+            try:
+                appended = self.append_updates(batch, transcript)
+            except database_errors() as exc:
+                appended = exc
+        taken: list[bool | BaseException] = []
+        for session_id, fields in leases:
+            try:
+                taken.append(self.acquire_turn(session_id, **fields))
+            except database_errors() as exc:
+                taken.append(exc)
+        return appended, taken
 
     def _take_turn(self, session_id: str, params: tuple[Any, ...]) -> int | None:
         """The lease's statement, then (a statement of its own: it sees what was

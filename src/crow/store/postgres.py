@@ -138,18 +138,47 @@ class PostgresStore(Store):
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
     ) -> list[int]:
         """``Store.append_updates`` in at most four statements whatever the batch
-        holds, none waiting for another's answer, in one pipelined transaction: one
-        round trip.  The sessions it touches are locked (in one order: two servers'
-        batches never wait on each other in a circle); then one statement numbers
-        and inserts the transcript's entries; one numbers each session's updates
-        from its last seq, inserts them and announces each session's last (a
-        snapshot taken once the locks were granted: the last seq it reads is the
-        last); one sets what the updates change on their sessions.  The seqs are
-        read after the commit."""
+        holds (``_write_batch``), in one pipelined transaction: one round trip."""
+        return self._write_batch(batch, transcript, [])[0]
+
+    def append_and_take(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage] | None,
+        leases: list[tuple[str, dict[str, Any]]],
+    ) -> tuple[list[int] | BaseException, list[bool | BaseException]]:
+        """``Store.append_and_take`` in one transaction, one round trip: a lease then
+        costs the store's thread no round trip of its own.  Should it fail, none of
+        it was kept: the appends fail, and the leases are tried alone."""
+        if not leases:
+            return super().append_and_take(batch, transcript, leases)
+        try:
+            seqs, taken = self._write_batch(batch, transcript, leases)
+        except database_errors() as exc:
+            return exc, super().append_and_take([], None, leases)[1]
+        return seqs, list(taken)
+
+    def _write_batch(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage] | None,
+        leases: list[tuple[str, dict[str, Any]]],
+    ) -> tuple[list[int], list[bool]]:
+        """Appends and leases in one transaction of at most six statements whatever
+        they hold, none waiting for another's answer: one round trip.  The sessions
+        it touches are locked (in one order: two servers' batches never wait on
+        each other in a circle); then one statement numbers and inserts the
+        transcript's entries; one numbers each session's updates from its last seq,
+        inserts them and announces each session's last (a snapshot taken once the
+        locks were granted: the last seq it reads is the last); one sets what the
+        updates change on their sessions; one takes the leases, and one reads their
+        transcripts' last seqs (``Store.take_turn``).  The results are read after
+        the commit."""
         sessions, bodies = [s for s, *_ in batch], [body.decode() for _, body, *_ in batch]
         writing = [s for s, _, _ in transcript or ()]
         messages = [json.dumps(message) for _, message, _ in transcript or ()]
-        locked = sorted({*sessions, *writing})
+        leased = [session_id for session_id, _ in leases]
+        locked = sorted({*sessions, *writing, *leased})
         changes = _changes(batch)
         with self._noting(batch, transcript):
             with self._transaction():
@@ -157,14 +186,27 @@ class PostgresStore(Store):
                 if transcript:
                     kinds = [kind for _, _, kind in transcript]
                     written = self.db.execute(_ADD_MESSAGES, (writing, kinds, messages))
-                added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
+                if batch:
+                    added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
                 if changes:
                     columns = zip(*changes, strict=True)
                     self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
+                if leases:
+                    took = self.db.execute(_TAKE_TURNS, _lease_columns(leases))
+                    lasts = self.db.execute(_TRANSCRIPT_LASTS, (leased,))
             entries = seqs_of(writing, written.fetchall()) if transcript else []
-            seqs = seqs_of(sessions, added.fetchall())
+            seqs = seqs_of(sessions, added.fetchall()) if batch else []
         self._noted(batch, transcript or [], entries, messages)
-        return seqs
+        if not leases:
+            return seqs, []
+        taken = {row[0] for row in took.fetchall()}
+        last = {session_id: int(seq) for session_id, seq in lasts.fetchall()}
+        for session_id in leased:
+            if session_id in taken:
+                self.tails.leased(session_id, last.get(session_id, 0))
+            else:
+                self.tails.unleased(session_id)
+        return seqs, [session_id in taken for session_id in leased]
 
     def _take_turn(self, session_id: str, params: tuple[Any, ...]) -> int | None:
         """The lease and the transcript's last seq in one round trip: two statements,
@@ -225,6 +267,17 @@ def _changes(
     return [(session_id, *change) for session_id, change in changed.items()]
 
 
+def _lease_columns(leases: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], ...]:
+    """``_TAKE_TURNS``' five arrays: session ids, owners, pids, expiries, owners replaced."""
+    return (
+        [session_id for session_id, _ in leases],
+        [fields["owner"] for _, fields in leases],
+        [fields["pid"] for _, fields in leases],
+        [float(fields["expires"]) for _, fields in leases],
+        [fields.get("replacing") for _, fields in leases],
+    )
+
+
 def seqs_of(sessions: list[str], added: list[tuple[Any, ...]]) -> list[int]:
     """The seq of each update of a batch (``sessions``: each update's session, in
     order), from ``_APPEND_ROWS``'s rows (each session's last seq)."""
@@ -283,6 +336,21 @@ _SET_STATES = (
     " updated_at = COALESCE(c.now, sessions.updated_at)"
     " FROM unnest(%b::text[], %b::text[], %b::text[], %b::boolean[], %b::text[])"
     " AS c(id, state, stop_reason, idle, now) WHERE sessions.id = c.id"
+)
+#: Leases taken (``Statements.acquire_turn`` for each row of ``_lease_columns``); the
+#: ids of the sessions whose lease is now ours.
+_TAKE_TURNS = (
+    "UPDATE sessions SET owner = l.owner, owner_pid = l.pid, lease_expires = l.expires"
+    " FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[], %b::text[])"
+    " AS l(id, owner, pid, expires, replacing)"
+    " WHERE sessions.id = l.id AND sessions.deleted = 0 AND (sessions.owner IS NULL"
+    " OR sessions.owner = l.owner OR sessions.owner IS NOT DISTINCT FROM l.replacing)"
+    " RETURNING sessions.id"
+)
+#: Sessions' transcripts' last seqs (none for a session with no entry yet).
+_TRANSCRIPT_LASTS = (
+    "SELECT session_id, MAX(seq) FROM transcript WHERE session_id = ANY(%b::text[])"
+    " GROUP BY session_id"
 )
 #: Updates (session ids, bodies: two arrays) numbered after each session's last
 #: seq, in their order, inserted; each session's last announced and returned.

@@ -1,10 +1,12 @@
 """What a process knows of the transcripts it writes (crow.store.tails): a model call
 is answered from it without a read only while nobody else can have written, and
-another server's entries are always read, on SQLite and on PostgreSQL."""
+another server's entries are always read; and the leases taken with the appends
+queued beside them, each with its outcome, in order.  On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 import time
 from typing import Any
@@ -114,7 +116,7 @@ def test_nothing_is_answered_without_the_lease_or_after_a_failed_write(two):
     assert here.take_turn("s", **LEASE) == 1
     assert here.tails.after("s", 1) == []
     Failing(here)
-    with pytest.raises(RuntimeError, match="went"):
+    with pytest.raises(sqlite3.OperationalError, match="went"):
         here.append_updates([("s", b"{}", None, None, None)], [("s", message("q2"), "message")])
     assert here.tails.after("s", 1) is None  # whether it was kept is unknown: read
 
@@ -127,11 +129,11 @@ class Failing:
 
     def execute(self, sql: str, params: Any = (), /) -> Any:
         if "INSERT INTO updates" in sql:
-            raise RuntimeError("the database went")
+            raise sqlite3.OperationalError("the database went")
         return self.db.execute(sql, params)
 
     def executemany(self, sql: str, rows: Any, /) -> Any:
-        raise RuntimeError("the database went")
+        raise sqlite3.OperationalError("the database went")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.db, name)
@@ -211,4 +213,40 @@ async def test_a_live_session_reads_another_servers_turn_and_its_own_writes_in_o
     assert await store.acquire_turn("s", **LEASE)
     assert said(await session.transcript()) == ["q1", "a1", "q2"]
     there.close()
+    await store.aclose()
+
+
+# ---- leases taken with the appends queued beside them ---------------------------------
+def test_appends_and_leases_queued_together_each_have_their_outcome(two):
+    here, there = two
+    here.create_session(session_id="t", cwd="/p", now="t")
+    there.take_turn("t", **OTHER)  # another server's turn
+    appended, taken = here.append_and_take(
+        [("s", b"{}", "idle", "end_turn", "t1")],
+        [("s", message("a1"), "message")],
+        [("s", LEASE), ("t", LEASE)],
+    )
+    assert appended == [1] and taken == [True, False]
+    assert (here.get_session("s").owner, here.get_session("t").owner) == ("h:1:1", "h:2:2")
+    assert here.tails.after("s", 1) == []  # leased at the transcript's last seq, 1
+    Failing(here)
+    appended, taken = here.append_and_take([("s", b"{}", None, None, None)], None, [("s", LEASE)])
+    assert isinstance(appended, sqlite3.OperationalError) and taken == [True]
+
+
+async def test_a_lease_is_taken_after_the_appends_asked_before_it_and_before_those_after(
+    location,
+):
+    store = AsyncStore(open_store(location))
+    await store.create_session(session_id="s", cwd="/p", now="t")
+    await store.create_session(session_id="t", cwd="/p", now="t")
+    busy = store.submit(time.sleep, 0.2)  # the thread is busy: what follows is queued
+    ended = store.append_update("s", b"{}", state="idle", stop_reason="end_turn", now="t1")
+    leased = store.acquire_turn("s", **LEASE)
+    again = store.acquire_turn("t", **LEASE)
+    ended_after = store.append_update("s", b"{}", state="idle", stop_reason="end_turn", now="t2")
+    await asyncio.gather(busy, ended, leased, again, ended_after)
+    assert (leased.result(), again.result()) == (True, True)
+    assert (await store.get_session("s")).owner is None  # the last idle came last
+    assert (await store.get_session("t")).owner == "h:1:1"
     await store.aclose()
