@@ -323,11 +323,10 @@ class Store(ABC):
         return appended, taken
 
     def _take_turn(self, session_id: str, params: tuple[Any, ...]) -> int | None:
-        """The lease's statement, then (a statement of its own: it sees what was
-        committed while the lease waited for the session's row) the last seq."""
-        if self.db.execute(self.sql.acquire_turn, params).rowcount != 1:
-            return None
-        return int(self.db.execute(self.sql.transcript_last, (session_id,)).fetchone()[0])
+        """The lease, and the last seq in the same statement (read to its end: a
+        statement not read to its end stops SQLite's commit)."""
+        rows = self.db.execute(self.sql.take_turn, params).fetchall()
+        return int(rows[0][0]) if rows else None
 
     def release_turn(self, session_id: str, *, owner: str) -> None:
         """Give the lease back (a turn that ends without an idle of its own)."""
