@@ -17,10 +17,13 @@ came back, made it read the log again.  So a write transaction goes out pipeline
 (``PostgresConnection.transaction``: no statement waits for the one before; one
 round trip unless it reads midway), a session is announced once per transaction at
 its last seq, and a server does not read the log for its own announcements
-(crow.agent.cluster).  A prompt is ~3 round trips: the lease, the transcript's
-new entries, and its share of an append transaction (appends queued together
-share one: ~30 updates of ~15 prompts under load); the held-prompt check is read
-once while a session holds none (crow.agent.shared_queue).
+(crow.agent.cluster).  A prompt was then ~2.4 round trips: the lease, the
+transcript's new entries, and its share of an append transaction (appends queued
+together share one); the held-prompt check is read once while a session holds none
+(crow.agent.shared_queue).  Now the transcript's entries this process wrote are not
+read back (crow.store.tails), and a lease asked while appends wait joins their
+transaction (``append_and_take``): a prompt is ~0.4 round trips, its share of one
+transaction of ~6 statements.
 
 On a machine whose cores are busy the throughput follows the CPU a prompt costs,
 the server's and PostgreSQL's, and that followed the statements sent: so an append
@@ -28,6 +31,13 @@ transaction is at most four whatever it holds (``append_updates``), not one per
 transcript entry and state change.  A prompt's statements went from ~10 to ~5,
 its CPU from ~4.0-4.8 + 0.7-0.8 ms to ~3.8-4.2 + 0.6-0.7 ms (server + PostgreSQL;
 SQLite's server ~3.2), and the store's thread from busy ~70% of the time to ~30%.
+Then the arrays went in binary (psycopg escaped every quote of every JSON body in
+text), and the round trips above went: on a quiet machine (30 clients), the
+server's CPU per prompt ~2.4 -> ~1.2-2.0 ms (SQLite's ~1.6-2.1 in the same runs),
+PostgreSQL's ~0.45-0.57 -> ~0.33-0.37 ms.  What is left: a prompt waits for ~5
+transactions one after another (the lease, the prompt, the reply's deltas, the
+reply, the idle), each shared with other sessions but one at a time on the one
+connection, whose next batch is sent only once the last is answered.
 Running the calls on the loop over psycopg's ``AsyncConnection`` was measured and
 not kept: each query cost more CPU there (asyncio's reader callbacks and futures
 against a blocking wait), and one call at a time waited a loop pass for its answer.
