@@ -34,7 +34,8 @@ SQLite's server ~3.2), and the store's thread from busy ~70% of the time to ~30%
 Then the arrays went in binary (psycopg escaped every quote of every JSON body in
 text), and the round trips above went: on a quiet machine (30 clients), the
 server's CPU per prompt ~2.4 -> ~1.2-2.0 ms (SQLite's ~1.6-2.1 in the same runs),
-PostgreSQL's ~0.45-0.57 -> ~0.33-0.37 ms.  What is left: a prompt waits for ~5
+PostgreSQL's ~0.45-0.57 -> ~0.33-0.37 ms; one server's prompts/s went from ~0.57x
+SQLite's to ~0.8x (README).  What is left: a prompt waits for ~5
 transactions one after another (the lease, the prompt, the reply's deltas, the
 reply, the idle), each shared with other sessions but one at a time on the one
 connection, whose next batch is sent only once the last is answered.
