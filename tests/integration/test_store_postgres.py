@@ -118,6 +118,24 @@ def test_a_turn_on_one_server_is_watched_live_from_another(crow, scripted_model,
     assert _seqs(replayed)[0] == cursor + 1
 
 
+def test_a_turn_after_another_servers_sees_what_it_added(crow, scripted_model, shared_store):
+    """A server answers its model calls from what it wrote itself (crow.store.tails),
+    but a turn another server ran since is read: here by a /compact, whose summary
+    request is the first thing its turn reads (no write of its own comes before)."""
+    scripted_model.script(Text(text="reply one"), Text(text="reply two"), Text(text="summary"))
+    first = crow()
+    sid = first.new_session()
+    assert text_of(first.run_turn(sid, "prompt one")) == "reply one"
+    second = crow(write=False)
+    assert "result" in second.resume(sid)[0]
+    assert text_of(second.run_turn(sid, "prompt two")) == "reply two"
+    first.until_update(lambda u: u.get("state") == "idle")  # heard the other's turn end
+    first.run_turn(sid, "/compact")
+    summarised = str(scripted_model.requests[-1]["messages"])
+    for said in ("prompt one", "reply one", "prompt two", "reply two"):
+        assert said in summarised
+
+
 def test_a_cancel_sent_to_another_server_stops_the_turn(crow, scripted_model, shared_store):
     scripted_model.script(Hang())
     runner = crow(timeout_s=120.0)  # the turn runs until cancelled, however slow the machine

@@ -121,9 +121,11 @@ class LiveSession:
         """What the model sees (``Store.transcript``): the latest summary and every
         message after it.  Read whole once, then only what was added since: every
         model call asks, and reading and decoding a long session's every message
-        each time cost more than the rest of the call.  Reading what was added
-        rather than trusting our own writes keeps another process's turns (on the
-        same store) in.  The entries are shared between calls: never change them."""
+        each time cost more than the rest of the call.  Asking the store what was
+        added rather than trusting our own writes keeps another process's turns (on
+        the same store) in; the store answers what this process wrote itself
+        without a read where it can prove nobody else wrote (crow.store.tails).
+        The entries are shared between calls: never change them."""
         if self._transcript is None:
             entries = await self.store.transcript(self.id)
         else:

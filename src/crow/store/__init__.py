@@ -6,6 +6,7 @@
 - ``backend``: ``Store``, the operations over the shared SQL of ``sql``;
   ``sqlite`` and ``postgres``, its two backends; ``migrations``, their schema;
 - ``aio``: ``AsyncStore``, the store on the event loop; ``listen``: hearing other
-  servers (PostgreSQL); ``lease``: who runs a session's turn;
+  servers (PostgreSQL); ``lease``: who runs a session's turn; ``tails``: what this
+  process knows of the transcripts it writes (a model call need not read them back);
 - ``records``: records, rows and errors; ``urls``: PostgreSQL locations.
 """

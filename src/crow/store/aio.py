@@ -62,12 +62,15 @@ T = TypeVar("T")
 
 
 class _Batch:
-    """Appends queued for the store thread, to be written in one transaction."""
+    """Appends queued for the store thread, to be written in one transaction, and the
+    leases asked for after them (``Store.append_and_take``)."""
 
     def __init__(self) -> None:
         self.updates: list[PendingUpdate] = []
         self.transcript: list[PendingMessage] = []
         self.futures: list[asyncio.Future[int]] = []  # one per update
+        self.leases: list[tuple[str, dict[str, Any]]] = []  # session id, acquire_turn's fields
+        self.taken: list[asyncio.Future[bool]] = []  # one per lease
 
 
 #: Writes on the loop between two checkpoints of the WAL (run on the thread).
@@ -89,7 +92,7 @@ class AsyncStore:
         # behind it (an append after that call must not overtake it).
         self._open_batch: _Batch | None = None
         self._appends_lock = threading.Lock()  # the loop adds, the store thread takes
-        self._queued = 0  # appends handed to the thread and not yet resolved
+        self._queued = 0  # appends and leases handed to the thread and not yet resolved
         self._pending = 0  # calls submitted to the thread and not yet done
         self._fast: Store | None = store.loop_twin()
         self._fast_appends = 0
@@ -97,6 +100,9 @@ class AsyncStore:
         # (at most LOGGED_KEPT sessions, the latest): see ``logged_here``.
         self._logged: dict[str, int] = {}
         self._after_appends: list[Callable[[], None]] = []
+        # Per session, the writes of its transcript or lease still under way: while
+        # any is, a read of it waits behind them (``transcript_after``).
+        self._unsettled: dict[str, int] = {}
         # The sessions to create at the end of this loop pass, together, with their futures.
         self._creating: list[tuple[dict[str, Any], asyncio.Future[SessionRecord]]] | None = None
         self._created_all: asyncio.Future[None] | None = None
@@ -191,15 +197,33 @@ class AsyncStore:
             result = await self.submit(getattr(self.sync, method), *args, **kwargs)
         return result
 
-    def _write(self, method: str, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
-        """A one-statement write (a message, the lease), as ``_read``: on the loop's
-        connection when it can (tens of microseconds in WAL mode, against a hop to
-        the thread and back), else on the thread.  A future either way: the caller
-        may need ``settled`` on it."""
-        done = self._done_here(method, *args, **kwargs)
+    def _write(
+        self, method: str, session_id: str, *args: Any, **kwargs: Any
+    ) -> asyncio.Future[Any]:
+        """A one-statement write to a session (a message, the lease), as ``_read``: on
+        the loop's connection when it can (tens of microseconds in WAL mode, against
+        a hop to the thread and back), else on the thread.  A future either way: the
+        caller may need ``settled`` on it."""
+        done = self._done_here(method, session_id, *args, **kwargs)
         if done is not None:
             return done
-        return self.submit(getattr(self.sync, method), *args, **kwargs)
+        future = self.submit(getattr(self.sync, method), session_id, *args, **kwargs)
+        self._settling([session_id], future)
+        return future
+
+    def _settling(self, session_ids: Iterable[str], future: asyncio.Future[Any]) -> None:
+        """Reads of these sessions' transcripts wait behind ``future`` until it is done."""
+        sessions = set(session_ids)
+        for session_id in sessions:
+            self._unsettled[session_id] = self._unsettled.get(session_id, 0) + 1
+
+        def settled(_: asyncio.Future[Any]) -> None:
+            for session_id in sessions:
+                left = self._unsettled.pop(session_id) - 1
+                if left:
+                    self._unsettled[session_id] = left
+
+        future.add_done_callback(settled)
 
     def _count_fast_writes(self) -> None:
         """The loop's connection never checkpoints the WAL: the thread does, now and then."""
@@ -282,8 +306,18 @@ class AsyncStore:
 
     # ---- the turn lease ---------------------------------------------------------
     def acquire_turn(self, session_id: str, **fields: Any) -> asyncio.Future[bool]:
-        """A future (not a coroutine: the caller may need ``settled`` on it)."""
-        return self._write("acquire_turn", session_id, **fields)
+        """A future (not a coroutine: the caller may need ``settled`` on it).  On the
+        loop's connection when it can, else with the appends queued for the thread:
+        on PostgreSQL, in their transaction, no round trip of its own."""
+        done = self._done_here("acquire_turn", session_id, **fields)
+        if done is not None:
+            return done
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            return _failed(loop, StoreUnavailable("the session store is closed"))
+        taken: asyncio.Future[bool] = loop.create_future()
+        self._enqueue([], None, (session_id, fields, taken))
+        return taken
 
     async def release_turn(self, session_id: str, *, owner: str) -> None:
         await self._write("release_turn", session_id, owner=owner)
@@ -332,43 +366,78 @@ class AsyncStore:
         loop = asyncio.get_running_loop()
         if self._closed:
             return [_failed(loop, StoreUnavailable("the session store is closed")) for _ in updates]
-        self._create_sessions()  # the sessions asked for before these come first
         futures = [loop.create_future() for _ in updates]
-        self._queued += len(updates)
-        with self._appends_lock:
-            batch, new = self._open_batch, self._open_batch is None
-            if batch is None:
-                batch = self._open_batch = _Batch()
-            batch.updates += updates
-            batch.transcript += transcript or ()
-            batch.futures += futures
-        if new:  # the batch's write is queued; appends until the next call join it
-            self._thread.submit(self._write_appends, batch, loop)
+        self._enqueue(list(zip(updates, futures, strict=True)), transcript, None)
         return futures
 
+    def _enqueue(
+        self,
+        updates: list[tuple[PendingUpdate, asyncio.Future[int]]],
+        transcript: list[PendingMessage] | None,
+        lease: tuple[str, dict[str, Any], asyncio.Future[bool]] | None,
+    ) -> None:
+        """Add appends, or a lease, to the batch the thread has not taken yet, unless
+        another call came between or the batch holds a lease of one of these
+        sessions (a batch's leases are taken after its appends): else to a new one."""
+        self._create_sessions()  # the sessions asked for before these come first
+        touched = {update[0] for update, _ in updates} | {s for s, _, _ in transcript or ()}
+        if lease is not None:
+            touched.add(lease[0])
+        self._queued += len(updates) + (lease is not None)
+        with self._appends_lock:
+            batch = self._open_batch
+            if batch is not None and touched.intersection(s for s, _ in batch.leases):
+                batch = None
+            new = batch is None
+            if batch is None:
+                batch = self._open_batch = _Batch()
+            for update, future in updates:
+                batch.updates.append(update)
+                batch.futures.append(future)
+            batch.transcript += transcript or ()
+            if lease is not None:
+                batch.leases.append(lease[:2])
+                batch.taken.append(lease[2])
+        if new:  # the batch's write is queued; appends until the next call join it
+            self._thread.submit(self._write_appends, batch, asyncio.get_running_loop())
+        self._settling(touched, lease[2] if lease is not None else updates[-1][1])
+
     def _write_appends(self, batch: _Batch, loop: asyncio.AbstractEventLoop) -> None:
-        """On the store thread: log a batch of queued appends in one transaction."""
+        """On the store thread: log a batch of queued appends in one transaction, and
+        take its leases."""
         with self._appends_lock:
             if self._open_batch is batch:
                 self._open_batch = None  # taken: later appends start another
+        outcome: list[int] | BaseException
+        taken: list[bool | BaseException]
         try:
-            outcome: list[int] | BaseException = self.sync.append_updates(
-                batch.updates, batch.transcript
+            outcome, taken = self.sync.append_and_take(
+                batch.updates, batch.transcript, batch.leases
             )
-        except database_errors() as exc:
-            outcome = StoreUnavailable(f"the session store failed: {exc}")
-        except Exception as exc:
-            outcome = exc
-        loop.call_soon_threadsafe(self._resolve, batch, outcome)
+        except Exception as exc:  # a bug: each caller hears of it
+            outcome, taken = exc, [exc for _ in batch.leases]
+        loop.call_soon_threadsafe(self._resolve, batch, _unavailable(outcome), taken)
 
-    def _resolve(self, batch: _Batch, outcome: list[int] | BaseException) -> None:
-        self._queued -= len(batch.futures)
+    def _resolve(
+        self,
+        batch: _Batch,
+        outcome: list[int] | BaseException,
+        taken: list[bool | BaseException],
+    ) -> None:
+        self._queued -= len(batch.futures) + len(batch.taken)
         if self.shared and not isinstance(outcome, BaseException):
             self._note_logged(
                 (session_id, seq)
                 for (session_id, *_), seq in zip(batch.updates, outcome, strict=True)
             )
         _resolve(batch.futures, outcome)
+        for future, result in zip(batch.taken, taken, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(_unavailable(result))
+            else:
+                future.set_result(result)
         waiting, self._after_appends = self._after_appends, []
         for then in waiting:
             then()
@@ -459,6 +528,13 @@ class AsyncStore:
         return entries
 
     async def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
+        """What this process wrote itself is answered here, without a read or a hop to
+        the thread (crow.store.tails), once every write to the session made before
+        this call is done."""
+        if not self._unsettled.get(session_id):
+            known = self.sync.tails.after(session_id, after)
+            if known is not None:
+                return known
         entries: list[TranscriptEntry] = await self._read("transcript_after", session_id, after)
         return entries
 
@@ -485,6 +561,13 @@ def _resolve(futures: list[asyncio.Future[int]], outcome: list[int] | BaseExcept
             future.set_exception(outcome)
         else:
             future.set_result(outcome[index])
+
+
+def _unavailable(outcome: T) -> T | StoreUnavailable:
+    """A database error as ``StoreUnavailable``; anything else as it is."""
+    if isinstance(outcome, database_errors()):
+        return StoreUnavailable(f"the session store failed: {outcome}")
+    return outcome
 
 
 def _translated(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

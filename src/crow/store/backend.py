@@ -37,6 +37,7 @@ from .records import (
     StateChange,
     StoreError,
     TranscriptEntry,
+    database_errors,
     decode_cursor,
     encode_cursor,
     entries,
@@ -51,6 +52,7 @@ from .sql import (
     UPDATES_CHANNEL,
     Statements,
 )
+from .tails import TranscriptTails
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -97,6 +99,9 @@ class Store(ABC):
     #: The shared statements with this backend's parameter mark.
     sql: ClassVar[Statements]
     db: Connection
+    #: What this process knows of the transcripts it writes (tails.py): a loop twin
+    #: shares its store's.
+    tails: TranscriptTails
 
     # ---- what a backend does its own way ------------------------------------------
     @abstractmethod
@@ -275,12 +280,58 @@ class Store(ABC):
         Succeeds when nobody holds it, we do, or ``replacing`` (an owner the
         caller found dead and recovered from) does.
         """
+        taken = self.take_turn(
+            session_id, owner=owner, pid=pid, expires=expires, replacing=replacing
+        )
+        return taken is not None
+
+    def take_turn(
+        self, session_id: str, *, owner: str, pid: int, expires: float, replacing: str | None = None
+    ) -> int | None:
+        """``acquire_turn``, and the transcript's last seq once the lease is ours
+        (None: not taken), which ``tails`` checks what it knows against."""
         params = (owner, pid, expires, session_id, owner, replacing)
-        return bool(self.db.execute(self.sql.acquire_turn, params).rowcount == 1)
+        last = self._take_turn(session_id, params)
+        if last is None:
+            self.tails.unleased(session_id)
+        else:
+            self.tails.leased(session_id, last)
+        return last
+
+    def append_and_take(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage] | None,
+        leases: list[tuple[str, dict[str, Any]]],
+    ) -> tuple[list[int] | BaseException, list[bool | BaseException]]:
+        """``append_updates`` (unless ``batch`` is empty), then ``acquire_turn`` for
+        each of ``leases`` (session id, its keyword arguments): the calls the store's
+        thread found queued together (crow.store.aio).  Each part's outcome, or the
+        database error it met: one's failure is not another's."""
+        appended: list[int] | BaseException = []
+        if batch:
+            try:
+                appended = self.append_updates(batch, transcript)
+            except database_errors() as exc:
+                appended = exc
+        taken: list[bool | BaseException] = []
+        for session_id, fields in leases:
+            try:
+                taken.append(self.acquire_turn(session_id, **fields))
+            except database_errors() as exc:
+                taken.append(exc)
+        return appended, taken
+
+    def _take_turn(self, session_id: str, params: tuple[Any, ...]) -> int | None:
+        """The lease, and the last seq in the same statement (read to its end: a
+        statement not read to its end stops SQLite's commit)."""
+        rows = self.db.execute(self.sql.take_turn, params).fetchall()
+        return int(rows[0][0]) if rows else None
 
     def release_turn(self, session_id: str, *, owner: str) -> None:
         """Give the lease back (a turn that ends without an idle of its own)."""
         self.db.execute(self.sql.release_turn, (session_id, owner))
+        self.tails.unleased(session_id)
 
     def renew_leases(self, owner: str, expires: float) -> int:
         """Extend every lease ``owner`` holds; returns how many."""
@@ -302,10 +353,42 @@ class Store(ABC):
         """Log several updates, and add ``transcript``'s entries, in one transaction
         (one commit, all or none); returns the updates' seqs.  An update and the
         model's message it shows are then never saved one without the other."""
-        with self._transaction():
-            for session_id, message, kind in transcript or ():
-                self._add_message(session_id, message, kind)
-            return self._append_rows(batch)
+        bodies = [json.dumps(message) for _, message, _ in transcript or ()]
+        with self._noting(batch, transcript), self._transaction():
+            added = [
+                self._append_message(session_id, body, kind)
+                for (session_id, _, kind), body in zip(transcript or (), bodies, strict=True)
+            ]
+            seqs = self._append_rows(batch)
+        self._noted(batch, transcript or [], added, bodies)
+        return seqs
+
+    @contextlib.contextmanager
+    def _noting(
+        self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None
+    ) -> Iterator[None]:
+        """An append whose failure ``tails`` must hear of (what it kept is unknown)."""
+        try:
+            yield
+        except BaseException:
+            self.tails.forget({s for s, *_ in batch} | {s for s, _, _ in transcript or ()})
+            raise
+
+    def _noted(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage],
+        added: list[int],
+        bodies: list[str],
+    ) -> None:
+        """Tell ``tails`` what a committed append added, and which leases it gave back
+        (an idle releases the session's)."""
+        if transcript:
+            entries = zip(transcript, added, bodies, strict=True)
+            self.tails.wrote((s, seq, kind, body) for (s, _, kind), seq, body in entries)
+        for session_id, _, state, _, _ in batch:
+            if state == "idle":
+                self.tails.unleased(session_id)
 
     def _append_rows(self, batch: list[PendingUpdate]) -> list[int]:
         """Insert ``batch`` (in a transaction) with one prepared statement: each
@@ -444,29 +527,28 @@ class Store(ABC):
     def append_message(
         self, session_id: str, message: dict[str, Any], *, kind: str = "message"
     ) -> int:
-        with self._one_append():
-            return self._append_message(session_id, message, kind)
+        body = json.dumps(message)
+        with self._noting([], [(session_id, message, kind)]), self._one_append():
+            seq = self._append_message(session_id, body, kind)
+        self.tails.wrote([(session_id, seq, kind, body)])
+        return seq
 
-    def _append_message(self, session_id: str, message: dict[str, Any], kind: str) -> int:
-        return int(self._insert_message(session_id, message, kind).fetchall()[0][0])
-
-    def _insert_message(self, session_id: str, message: dict[str, Any], kind: str) -> Any:
-        """Add a transcript entry (in a transaction); the cursor of its seq."""
+    def _append_message(self, session_id: str, body: str, kind: str) -> int:
+        """Add a transcript entry (JSON ``body``; in a transaction); its seq."""
         self._lock_session(session_id)
-        params = (session_id, session_id, kind, json.dumps(message))
-        return self.db.execute(self.sql.append_message, params)
-
-    def _add_message(self, session_id: str, message: dict[str, Any], kind: str) -> None:
-        """``_append_message`` in a transaction that does not need its seq (SQLite
-        must still read it: a statement not read to its end stops the commit)."""
-        self._append_message(session_id, message, kind)
+        params = (session_id, session_id, kind, body)
+        return int(self.db.execute(self.sql.append_message, params).fetchall()[0][0])
 
     def transcript(self, session_id: str) -> list[TranscriptEntry]:
         """What the model sees: the latest summary (if any) and every message after it."""
         return entries(self.db.execute(self.sql.transcript, (session_id, session_id)).fetchall())
 
     def transcript_after(self, session_id: str, after: int) -> list[TranscriptEntry]:
-        """The transcript's entries after seq ``after``, summaries included."""
+        """The transcript's entries after seq ``after``, summaries included: from
+        ``tails`` when this process knows them all (no read), else read."""
+        known = self.tails.after(session_id, after)
+        if known is not None:
+            return known
         return entries(self.db.execute(self.sql.transcript_after, (session_id, after)).fetchall())
 
     def transcript_rows(self, session_id: str) -> list[tuple[str, str]]:

@@ -17,10 +17,13 @@ came back, made it read the log again.  So a write transaction goes out pipeline
 (``PostgresConnection.transaction``: no statement waits for the one before; one
 round trip unless it reads midway), a session is announced once per transaction at
 its last seq, and a server does not read the log for its own announcements
-(crow.agent.cluster).  A prompt is ~3 round trips: the lease, the transcript's
-new entries, and its share of an append transaction (appends queued together
-share one: ~30 updates of ~15 prompts under load); the held-prompt check is read
-once while a session holds none (crow.agent.shared_queue).
+(crow.agent.cluster).  A prompt was then ~2.4 round trips: the lease, the
+transcript's new entries, and its share of an append transaction (appends queued
+together share one); the held-prompt check is read once while a session holds none
+(crow.agent.shared_queue).  Now the transcript's entries this process wrote are not
+read back (crow.store.tails), and a lease asked while appends wait joins their
+transaction (``append_and_take``): a prompt is ~0.4 round trips, its share of one
+transaction of ~6 statements.
 
 On a machine whose cores are busy the throughput follows the CPU a prompt costs,
 the server's and PostgreSQL's, and that followed the statements sent: so an append
@@ -28,6 +31,14 @@ transaction is at most four whatever it holds (``append_updates``), not one per
 transcript entry and state change.  A prompt's statements went from ~10 to ~5,
 its CPU from ~4.0-4.8 + 0.7-0.8 ms to ~3.8-4.2 + 0.6-0.7 ms (server + PostgreSQL;
 SQLite's server ~3.2), and the store's thread from busy ~70% of the time to ~30%.
+Then the arrays went in binary (psycopg escaped every quote of every JSON body in
+text), and the round trips above went: on a quiet machine (30 clients), the
+server's CPU per prompt ~2.4 -> ~1.2-2.0 ms (SQLite's ~1.6-2.1 in the same runs),
+PostgreSQL's ~0.45-0.57 -> ~0.33-0.37 ms; one server's prompts/s went from ~0.57x
+SQLite's to ~0.8x (README).  What is left: a prompt waits for ~5
+transactions one after another (the lease, the prompt, the reply's deltas, the
+reply, the idle), each shared with other sessions but one at a time on the one
+connection, whose next batch is sent only once the last is answered.
 Running the calls on the loop over psycopg's ``AsyncConnection`` was measured and
 not kept: each query cost more CPU there (asyncio's reader callbacks and futures
 against a blocking wait), and one call at a time waited a loop pass for its answer.
@@ -53,6 +64,7 @@ from .listen import Heard, follow_updates
 from .migrations import migrate_postgres
 from .records import PendingMessage, PendingUpdate, StoreError, database_errors
 from .sql import UPDATES_CHANNEL, Statements
+from .tails import TranscriptTails
 from .urls import redact_url
 
 log = logging.getLogger("crow.store")
@@ -111,6 +123,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str) -> None:
         self.url = url
+        self.tails = TranscriptTails()
         try:
             connection = PostgresConnection(url)
         except database_errors() as exc:
@@ -136,28 +149,85 @@ class PostgresStore(Store):
         self, batch: list[PendingUpdate], transcript: list[PendingMessage] | None = None
     ) -> list[int]:
         """``Store.append_updates`` in at most four statements whatever the batch
-        holds, none waiting for another's answer, in one pipelined transaction: one
-        round trip.  The sessions it touches are locked (in one order: two servers'
-        batches never wait on each other in a circle); then one statement numbers
-        and inserts the transcript's entries; one numbers each session's updates
-        from its last seq, inserts them and announces each session's last (a
-        snapshot taken once the locks were granted: the last seq it reads is the
-        last); one sets what the updates change on their sessions.  The seqs are
-        read after the commit."""
+        holds (``_write_batch``), in one pipelined transaction: one round trip."""
+        return self._write_batch(batch, transcript, [])[0]
+
+    def append_and_take(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage] | None,
+        leases: list[tuple[str, dict[str, Any]]],
+    ) -> tuple[list[int] | BaseException, list[bool | BaseException]]:
+        """``Store.append_and_take`` in one transaction, one round trip: a lease then
+        costs the store's thread no round trip of its own.  Should it fail, none of
+        it was kept: the appends fail, and the leases are tried alone."""
+        if not leases:
+            return super().append_and_take(batch, transcript, leases)
+        try:
+            seqs, taken = self._write_batch(batch, transcript, leases)
+        except database_errors() as exc:
+            return exc, super().append_and_take([], None, leases)[1]
+        return seqs, list(taken)
+
+    def _write_batch(
+        self,
+        batch: list[PendingUpdate],
+        transcript: list[PendingMessage] | None,
+        leases: list[tuple[str, dict[str, Any]]],
+    ) -> tuple[list[int], list[bool]]:
+        """Appends and leases in one transaction of at most six statements whatever
+        they hold, none waiting for another's answer: one round trip.  The sessions
+        it touches are locked (in one order: two servers' batches never wait on
+        each other in a circle); then one statement numbers and inserts the
+        transcript's entries; one numbers each session's updates from its last seq,
+        inserts them and announces each session's last (a snapshot taken once the
+        locks were granted: the last seq it reads is the last); one sets what the
+        updates change on their sessions; one takes the leases, and one reads their
+        transcripts' last seqs (``Store.take_turn``).  The results are read after
+        the commit."""
         sessions, bodies = [s for s, *_ in batch], [body.decode() for _, body, *_ in batch]
-        locked = sorted({*sessions, *(s for s, _, _ in transcript or ())})
+        writing = [s for s, _, _ in transcript or ()]
+        messages = [json.dumps(message) for _, message, _ in transcript or ()]
+        leased = [session_id for session_id, _ in leases]
+        locked = sorted({*sessions, *writing, *leased})
         changes = _changes(batch)
-        with self._transaction():
-            self.db.execute(_LOCK_SESSIONS, (locked,))
-            if transcript:
-                entries = [[s for s, _, _ in transcript], [k for _, _, k in transcript]]
-                entries.append([json.dumps(message) for _, message, _ in transcript])
-                self.db.execute(_ADD_MESSAGES, tuple(entries))
-            added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
-            if changes:
-                columns = zip(*changes, strict=True)
-                self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
-        return seqs_of(sessions, added.fetchall())
+        with self._noting(batch, transcript):
+            with self._transaction():
+                self.db.execute(_LOCK_SESSIONS, (locked,))
+                if transcript:
+                    kinds = [kind for _, _, kind in transcript]
+                    written = self.db.execute(_ADD_MESSAGES, (writing, kinds, messages))
+                if batch:
+                    added = self.db.execute(_APPEND_ROWS, (sessions, bodies))
+                if changes:
+                    columns = zip(*changes, strict=True)
+                    self.db.execute(_SET_STATES, tuple(list(column) for column in columns))
+                if leases:
+                    took = self.db.execute(_TAKE_TURNS, _lease_columns(leases))
+                    lasts = self.db.execute(_TRANSCRIPT_LASTS, (leased,))
+            entries = seqs_of(writing, written.fetchall()) if transcript else []
+            seqs = seqs_of(sessions, added.fetchall()) if batch else []
+        self._noted(batch, transcript or [], entries, messages)
+        if not leases:
+            return seqs, []
+        taken = {row[0] for row in took.fetchall()}
+        last = {session_id: int(seq) for session_id, seq in lasts.fetchall()}
+        for session_id in leased:
+            if session_id in taken:
+                self.tails.leased(session_id, last.get(session_id, 0))
+            else:
+                self.tails.unleased(session_id)
+        return seqs, [session_id in taken for session_id in leased]
+
+    def _take_turn(self, session_id: str, params: tuple[Any, ...]) -> int | None:
+        """The lease and the transcript's last seq in one round trip: two statements,
+        pipelined (the second's snapshot is taken once the first has its row lock,
+        so it sees a transcript written by whoever held the lock)."""
+        with self.db.pipeline() as conn:
+            taken = conn.execute(self.sql.acquire_turn, params)
+            last = conn.execute(self.sql.transcript_last, (session_id,))
+        row = last.fetchone()
+        return None if taken.rowcount != 1 else int(row[0])
 
     def _begin(self) -> None:
         self.db.begin()
@@ -208,6 +278,17 @@ def _changes(
     return [(session_id, *change) for session_id, change in changed.items()]
 
 
+def _lease_columns(leases: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], ...]:
+    """``_TAKE_TURNS``' five arrays: session ids, owners, pids, expiries, owners replaced."""
+    return (
+        [session_id for session_id, _ in leases],
+        [fields["owner"] for _, fields in leases],
+        [fields["pid"] for _, fields in leases],
+        [float(fields["expires"]) for _, fields in leases],
+        [fields.get("replacing") for _, fields in leases],
+    )
+
+
 def seqs_of(sessions: list[str], added: list[tuple[Any, ...]]) -> list[int]:
     """The seq of each update of a batch (``sessions``: each update's session, in
     order), from ``_APPEND_ROWS``'s rows (each session's last seq)."""
@@ -233,20 +314,24 @@ def hung_up(conn: Any) -> bool:
 
 
 #: One session's row locked: servers appending to it wait for each other there.
+#: (The array parameters below go in binary, ``%b``: in text, psycopg escapes every
+#: quote of every JSON body with a regular expression, which cost ~30 us a body,
+#: most of the store thread's CPU; in binary an element is its length and bytes.)
 LOCK_SESSION = "SELECT 1 FROM sessions WHERE id = %s FOR UPDATE"
 #: Sessions' rows locked, in the order of their ids.
-_LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+_LOCK_SESSIONS = "SELECT 1 FROM sessions WHERE id = ANY(%b::text[]) ORDER BY id FOR UPDATE"
 #: Transcript entries (session ids, kinds, JSON bodies: three arrays) numbered after
-#: each session's last entry, in their order, inserted.
+#: each session's last entry, in their order, inserted; each session's last returned.
 _ADD_MESSAGES = (
-    "WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY"
+    "WITH new AS (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[]) WITH ORDINALITY"
     " AS row(session_id, kind, body, n)),"
     " last AS (SELECT one.session_id, (SELECT COALESCE(MAX(seq), 0) FROM transcript"
     " WHERE transcript.session_id = one.session_id) AS seq"
-    " FROM (SELECT DISTINCT session_id FROM new) AS one)"
-    " INSERT INTO transcript (session_id, seq, kind, body) SELECT new.session_id,"
+    " FROM (SELECT DISTINCT session_id FROM new) AS one),"
+    " added AS (INSERT INTO transcript (session_id, seq, kind, body) SELECT new.session_id,"
     " last.seq + ROW_NUMBER() OVER (PARTITION BY new.session_id ORDER BY new.n), new.kind,"
-    " new.body FROM new JOIN last USING (session_id)"
+    " new.body FROM new JOIN last USING (session_id) RETURNING session_id, seq)"
+    " SELECT session_id, MAX(seq) FROM added GROUP BY session_id"
 )
 #: What updates set on their sessions (``_changes``' rows, as five arrays): the state
 #: and stop reason where one is given, the lease released where it went idle, the
@@ -260,13 +345,28 @@ _SET_STATES = (
     " owner_pid = CASE WHEN c.idle THEN NULL ELSE sessions.owner_pid END,"
     " lease_expires = CASE WHEN c.idle THEN NULL ELSE sessions.lease_expires END,"
     " updated_at = COALESCE(c.now, sessions.updated_at)"
-    " FROM unnest(%s::text[], %s::text[], %s::text[], %s::boolean[], %s::text[])"
+    " FROM unnest(%b::text[], %b::text[], %b::text[], %b::boolean[], %b::text[])"
     " AS c(id, state, stop_reason, idle, now) WHERE sessions.id = c.id"
+)
+#: Leases taken (``Statements.acquire_turn`` for each row of ``_lease_columns``); the
+#: ids of the sessions whose lease is now ours.
+_TAKE_TURNS = (
+    "UPDATE sessions SET owner = l.owner, owner_pid = l.pid, lease_expires = l.expires"
+    " FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::float8[], %b::text[])"
+    " AS l(id, owner, pid, expires, replacing)"
+    " WHERE sessions.id = l.id AND sessions.deleted = 0 AND (sessions.owner IS NULL"
+    " OR sessions.owner = l.owner OR sessions.owner IS NOT DISTINCT FROM l.replacing)"
+    " RETURNING sessions.id"
+)
+#: Sessions' transcripts' last seqs (none for a session with no entry yet).
+_TRANSCRIPT_LASTS = (
+    "SELECT session_id, MAX(seq) FROM transcript WHERE session_id = ANY(%b::text[])"
+    " GROUP BY session_id"
 )
 #: Updates (session ids, bodies: two arrays) numbered after each session's last
 #: seq, in their order, inserted; each session's last announced and returned.
 _APPEND_ROWS = (
-    "WITH new AS (SELECT * FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
+    "WITH new AS (SELECT * FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY"
     " AS row(session_id, body, n)),"
     " last AS (SELECT one.session_id, (SELECT COALESCE(MAX(seq), 0) FROM updates"
     " WHERE updates.session_id = one.session_id) AS seq"
@@ -353,6 +453,16 @@ class PostgresConnection:
     def executemany(self, sql: str, rows: list[tuple[Any, ...]], /) -> None:
         with self.ready().cursor() as cursor:
             cursor.executemany(sql, rows)
+
+    @contextlib.contextmanager
+    def pipeline(self) -> Iterator[Any]:
+        """psycopg's connection, for statements sent without waiting for each other's
+        answers (one implicit transaction, committed as the block is left: one round
+        trip in all); read their cursors after the block.  (Run on the connection
+        itself: ``ready``'s check would take the answers arriving for a hang-up.)"""
+        conn = self.ready()
+        with conn.pipeline():
+            yield conn
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:

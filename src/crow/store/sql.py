@@ -58,6 +58,15 @@ class Statements:
         " WHERE id = {p} AND deleted = 0"
         " AND (owner IS NULL OR owner = {p} OR owner IS NOT DISTINCT FROM {p})"
     )
+    #: ``acquire_turn``, returning the transcript's last seq (as one statement: where a
+    #: write sees the latest data, as SQLite's under its write lock; see postgres.py).
+    take_turn: str = (
+        "UPDATE sessions SET owner = {p}, owner_pid = {p}, lease_expires = {p}"
+        " WHERE id = {p} AND deleted = 0"
+        " AND (owner IS NULL OR owner = {p} OR owner IS NOT DISTINCT FROM {p})"
+        " RETURNING (SELECT COALESCE(MAX(seq), 0) FROM transcript"
+        " WHERE transcript.session_id = sessions.id)"
+    )
     release_turn: str = (
         "UPDATE sessions SET owner = NULL, owner_pid = NULL, lease_expires = NULL"
         " WHERE id = {p} AND owner = {p}"
@@ -120,6 +129,7 @@ class Statements:
         "SELECT seq, kind, body FROM transcript WHERE session_id = {p} AND seq > {p} ORDER BY seq"
     )
     transcript_rows: str = "SELECT kind, body FROM transcript WHERE session_id = {p} ORDER BY seq"
+    transcript_last: str = "SELECT COALESCE(MAX(seq), 0) FROM transcript WHERE session_id = {p}"
 
     @classmethod
     def marked(cls, mark: str) -> Statements:

@@ -20,6 +20,7 @@ from .backend import BUSY_TIMEOUT_MS, Store
 from .migrations import migrate
 from .records import StoreError
 from .sql import Statements
+from .tails import TranscriptTails
 
 __all__ = ["SqliteStore"]
 
@@ -33,6 +34,7 @@ class SqliteStore(Store):
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        self.tails = TranscriptTails()
         try:
             _private_database(self.path)
         except OSError as exc:
@@ -75,6 +77,7 @@ class SqliteStore(Store):
             fast.db.execute("PRAGMA wal_autocheckpoint = 0")
         except (StoreError, sqlite3.Error):
             return None  # every append goes through the thread
+        fast.tails = self.tails  # what either connection writes, both know
         return fast
 
     def is_busy(self, exc: BaseException) -> bool:
