@@ -2,6 +2,7 @@
 
     python bench/memory_bench.py [--embedders numpy,int8,offline,text] [--openai URL MODEL]
     python bench/memory_bench.py --scale 100000 [--no-cache] [--cache DIR]
+    python bench/memory_bench.py --scale 100000 --turns 200
 
 Quality: the 60 memories of ``tests/data/memory_recall.json`` are stored, and
 two sets of queries are recalled: its 120 paraphrases (written not to share the
@@ -22,6 +23,11 @@ and measures remember, recall, the index build, and how much of exact search
 the ANN index keeps.  The filled store (before its ANN index) is copied to
 ``--cache`` (the system's temporary folder by default) and copied back on the
 next run with the same N, in under a second instead of ~1-2 minutes.
+
+``--turns T`` (with ``--scale``; see ``turns``) measures recall as an agent
+uses the store: the indexed store takes T turns, each recalling a paraphrase,
+stamping the hits recalled and remembering one memory (about two LanceDB
+fragments a turn), with upkeep in the background as it comes due.
 """
 
 from __future__ import annotations
@@ -130,9 +136,11 @@ def main() -> int:
         help="keep a copy of the filled --scale store here, to start from next time",
     )
     parser.add_argument("--no-cache", action="store_true", help="fill the store afresh")
+    parser.add_argument("--turns", type=int, help="with --scale: T agent-like turns (turns())")
     args = parser.parse_args()
     if args.scale:
-        return scale(args.scale, args.folder, None if args.no_cache else args.cache)
+        cache = None if args.no_cache else args.cache
+        return scale(args.scale, args.folder, cache, args.turns)
     data = json.loads(LABELLED.read_text())
     chosen: dict[str, Embedder | None] = {}
     makers: dict[str, Any] = {
@@ -313,7 +321,7 @@ class Precomputed:
 CACHE_VERSION = 1
 
 
-def scale(count: int, folder: Path | None, cache: Path | None) -> int:
+def scale(count: int, folder: Path | None, cache: Path | None, turns: int | None = None) -> int:
     import numpy as np
 
     from crow.memory.store import MemoryStore
@@ -355,6 +363,8 @@ def scale(count: int, folder: Path | None, cache: Path | None) -> int:
                 shutil.rmtree(kept, ignore_errors=True)
                 shutil.copytree(where, kept / "memories")
                 (kept / "ids.json").write_text(json.dumps(ids))
+        if turns:
+            return _turns(MemoryStore(where, embedder, merge_threshold=0.97), data, turns)
         flat = _recall_figures(store, ids, data, "exact search (no ANN index)")
         store = MemoryStore(where, embedder, merge_threshold=0.97)
         started = time.perf_counter()
@@ -382,6 +392,61 @@ def scale(count: int, folder: Path | None, cache: Path | None) -> int:
         print(f"  recall p50: exact {flat:.1f} ms, indexed {indexed:.1f} ms")
         print("  load average (1, 5, 15 min) at the end: " + _load())
     return 0
+
+
+def _turns(store: Any, data: dict[str, Any], count: int) -> int:
+    """``count`` turns as an agent takes them: recall a paraphrase, stamp the hits
+    recalled, remember one memory.  Every turn adds LanceDB fragments that recall
+    reads flat until an upkeep folds them into the indexes, so recall is timed
+    through the whole sequence, upkeeps in the background included."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="    %(message)s")
+    logging.getLogger("crow.memory").setLevel(logging.DEBUG)  # the upkeeps, as they go
+    started = time.perf_counter()
+    cpu = time.process_time()
+    done = store.compact()
+    print(
+        f"  index upkeep ({done}): {time.perf_counter() - started:.1f} s, "
+        f"CPU {time.process_time() - cpu:.1f} s; fragments {_fragments(store)}"
+    )
+    queries = [q["query"] for q in data["queries"]]
+    store.recall(queries[-1])  # the embedder and the search threads warm
+    timings, peak = [], 0
+    cpu = time.process_time()
+    started = time.perf_counter()
+    for n in range(count):
+        began = time.perf_counter()
+        found = store.recall(queries[n % len(queries)])
+        timings.append(time.perf_counter() - began)
+        store.mark_recalled([hit.memory.id for hit in found.hits])
+        store.remember(f"Turn {n}: the deploy of branch rel-{n} waits on review {n % 13}")
+        if n % 20 == 19:
+            fragments = _fragments(store)
+            peak = max(peak, fragments)
+            print(
+                f"    turns {n - 19}-{n}: recall p50 "
+                f"{1000 * statistics.median(timings[-20:]):.1f} ms max "
+                f"{1000 * max(timings[-20:]):.1f} ms; fragments {fragments}"
+                + (" (upkeep running)" if store.indexing else "")
+            )
+    wall = time.perf_counter() - started
+    store.settle()
+    cpu = time.process_time() - cpu
+    timings.sort()
+    p99 = timings[min(len(timings) - 1, round(0.99 * (len(timings) - 1)))]
+    print(
+        f"  {count} turns: recall p50 {1000 * statistics.median(timings):.1f} ms "
+        f"p99 {1000 * p99:.1f} ms max {1000 * timings[-1]:.1f} ms; fragments at the end "
+        f"{_fragments(store)} (peak seen {peak}); {wall:.1f} s, CPU {cpu:.1f} s all threads "
+        f"(upkeeps included)"
+    )
+    print("  load average (1, 5, 15 min) at the end: " + _load())
+    return 0
+
+
+def _fragments(store: Any) -> int:
+    return int(store._open().stats()["fragment_stats"]["num_fragments"])
 
 
 def _load() -> str:
