@@ -5,8 +5,9 @@ A layer below ``crow.servers`` (the memory MCP server) and ``crow.agent``
 the agent imports it early), ``store`` (LanceDB; with ``records``, ``rows``,
 ``ranking`` and ``upkeep``: the indexes as the table grows; ``journal``: new
 memories kept safe until committed; ``fresh``: the rows the index misses, for
-remember's twin check), ``embedders`` and ``minilm`` (onnxruntime, with
-``wordpiece``), ``shared`` (one store per process and folder).
+remember's twin check; ``stamps``: when memories were last recalled),
+``embedders`` and ``minilm`` (onnxruntime, with ``wordpiece``), ``shared`` (one
+store per process and folder).
 """
 
 from pathlib import Path

@@ -11,16 +11,13 @@ in the rows written since, held here in numpy.
 That is right only while this process knows every row the index misses.  It
 starts from a version at which the index covers every row (``list_indices``), and
 keeps knowing while each later version is one of this store's own writes, which
-say here what they wrote (``writing``, then ``wrote``, ``recalled`` or
-``deleted``): every write's result names the version it made, so a version in
-between is someone else's (another process, an upkeep) and the rows are unknown
-again (``rows`` is None: the twin search reads the fragments as before) until the
-index covers every row again.  Marking memories recalled rewrites their rows too
-(LanceDB's update is a delete and an add): their vectors are read first, by the
-row ids the recall saw (``saw``, ``recalling``: ~1 ms for five, where reading
-the vectors in every recall cost ~2 ms).  A version that a write of this store
-made and has not told yet (the journal's commit, in its thread) is waited for:
-well under a millisecond, the time between LanceDB's commit and its answer.
+say here what they wrote (``writing``, then ``wrote`` or ``deleted``): every
+write's result names the version it made, so a version in between is someone
+else's (another process, an upkeep) and the rows are unknown again (``rows`` is
+None: the twin search reads the fragments as before) until the index covers
+every row again.  A version that a write of this store made and has not told yet
+(the journal's commit, in its thread) is waited for: well under a millisecond,
+the time between LanceDB's commit and its answer.
 """
 
 from __future__ import annotations
@@ -38,8 +35,6 @@ __all__ = ["MAX_FRESH", "Fresh", "FreshRows"]
 #: More rows than this written between two upkeeps (an import) are not held: the
 #: twin search reads them from the table, as before.
 MAX_FRESH = 4096
-#: The rows of the latest searches whose row ids are kept for ``recalling``.
-SEEN_ROWS = 256
 #: How long ``rows`` waits for this store's writes under way to tell their rows.
 WRITES_WAIT_S = 0.05
 
@@ -73,7 +68,6 @@ class FreshRows:
         self._version: int | None = None  # None: not known
         self._rows: dict[str, tuple[str, np.ndarray]] = {}  # id: (scope, vector)
         self._fresh: Fresh | None = None  # the rows as arrays, made when first searched
-        self._seen: dict[str, int] = {}  # id: the row id a search read it at, oldest first
 
     def rows(self, table: Any) -> Fresh | None:
         """The rows the index misses at the table's latest version; None when they are
@@ -96,8 +90,8 @@ class FreshRows:
 
     @contextlib.contextmanager
     def writing(self, table: Any) -> Iterator[None]:
-        """Around a write of this store to ``table``, which tells ``wrote``,
-        ``recalled`` or ``deleted`` inside; one that fails may have committed: the rows
+        """Around a write of this store to ``table``, which tells ``wrote`` or
+        ``deleted`` inside; one that fails may have committed: the rows
         are lost.  Rows not known yet are known from here if the index covers them all
         (a process's first write may come before its first remember)."""
         with self._changed:
@@ -129,43 +123,6 @@ class FreshRows:
                         self._rows[row["id"]] = (row["scope"], np.asarray(vector, np.float32))
                 if len(self._rows) > MAX_FRESH:
                     self._lose()
-
-    def saw(self, rows: Iterable[dict[str, Any]]) -> None:
-        """Rows a search read, with their row ids (``_rowid``), for ``recalling``."""
-        with self._changed:
-            for row in rows:
-                if "_rowid" in row:
-                    self._seen.pop(row["id"], None)
-                    self._seen[row["id"]] = row["_rowid"]
-            for memory_id in list(self._seen)[: max(0, len(self._seen) - SEEN_ROWS)]:
-                del self._seen[memory_id]
-
-    def recalling(self, table: Any, ids: list[str]) -> list[dict[str, Any]] | None:
-        """The rows of ``ids`` (id, scope, vector) before their recalled stamps are
-        written, read by the row ids a search saw; None when that cannot tell them
-        (not all seen, or moved since) or the fresh rows are not known anyway."""
-        with self._changed:
-            if self._version is None or any(i not in self._seen for i in ids):
-                return None
-            row_ids = [self._seen[i] for i in ids]
-        try:
-            rows: list[dict[str, Any]] = (
-                table.take_row_ids(row_ids).select(["id", "scope", "vector"]).to_list()
-            )
-        except Exception:  # rows moved (an upkeep): the stamps are still worth writing
-            return None
-        return rows if sorted(row["id"] for row in rows) == sorted(ids) else None
-
-    def recalled(self, version: int, rows: list[dict[str, Any]] | None) -> None:
-        """This store's update of the recalled stamps of ``rows`` (``recalling``'s) made
-        ``version``: their rows rewritten, the index misses them now."""
-        if rows is None:
-            self.lost()
-            return
-        with self._changed:
-            # A row this store wrote since the index covered it is known already, and
-            # maybe newer than what the take read (a merge between recall and update).
-            self.wrote(version, [row for row in rows if row["id"] not in self._rows])
 
     def deleted(self, version: int, ids: Iterable[str]) -> None:
         """This store's delete made ``version``."""

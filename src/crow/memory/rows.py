@@ -113,16 +113,12 @@ def upsert(table: Any, rows: list[dict[str, Any]]) -> Any:
     return merge.execute(data)
 
 
-def full_text(
-    table: Any, query: str, where: str, limit: int, *, row_ids: bool = False
-) -> list[dict[str, Any]]:
-    """Full-text matches (each with its ``_rowid`` if ``row_ids``); punctuation in a
-    query is no syntax to LanceDB."""
+def full_text(table: Any, query: str, where: str, limit: int) -> list[dict[str, Any]]:
+    """Full-text matches; punctuation in a query is no syntax to LanceDB."""
     words = " ".join(re.findall(r"\w+", query))
     if not words:
         return []
     search = table.search(words, query_type="fts").select([*COLUMNS, "_score"])
-    search = search.with_row_id(row_ids)
     if where:
         search = search.where(where, prefilter=True)
     try:

@@ -23,7 +23,9 @@ What it hands out is in ``records``; the rows and their SQL filters in ``rows``;
 fusion of the two rankings in ``ranking``; the indexes kept current as the table
 grows (an ANN index past ``upkeep.ANN_FROM`` memories) in ``upkeep``; the new
 memories acknowledged before LanceDB commits them in ``journal``; the rows the
-index misses, which remember's search for a twin reads from memory, in ``fresh``.
+index misses, which remember's search for a twin reads from memory, in ``fresh``;
+when memories were last recalled, in ``stamps`` (a file beside the table, so that a
+recall never rewrites rows).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -64,6 +66,7 @@ from .rows import (
     where_clause,
 )
 from .scopes import MemoryError, valid_scope
+from .stamps import RecallStamps
 from .upkeep import ANN_FROM, INDEX_BUILT, NPROBES, Upkeep, upkeep
 
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
@@ -110,6 +113,7 @@ class MemoryStore:
         self._journal: Journal | None = None  # made by the first remember
         self._recover_at = 0.0  # when to look for dead processes' journals again
         self._fresh = FreshRows()  # the rows the ANN index misses, while all are known
+        self._stamps = RecallStamps(folder)
 
     # ---- the table ------------------------------------------------------------------
     @property
@@ -230,7 +234,7 @@ class MemoryStore:
         self._fresh.lost()
         (self.folder / INDEX_BUILT).unlink(missing_ok=True)  # a new table: no index yet
         if rows:
-            table.add(rows)
+            table.add([fit(table, row) for row in rows])  # (no vector column: no vector key)
         if not any(index.index_type == "FTS" for index in table.list_indices()):
             table.create_index("text", config=FTS(), replace=True)
         self._upkeep = Upkeep(self.folder, self._upkeep.ann_from)  # a new table: look again
@@ -542,6 +546,7 @@ class MemoryStore:
                     with self._fresh.writing(table):
                         done = table.delete(f"id = {quote(memory_id)}")
                         self._fresh.deleted(done.version, [memory_id])
+                    self._stamps.forget([memory_id])
                 return found
 
         return retrying(forget)
@@ -551,23 +556,13 @@ class MemoryStore:
         if table is None or not MEMORY_ID.fullmatch(memory_id):
             return None
         rows = table.search().where(f"id = {quote(memory_id)}").select(COLUMNS).to_list()
-        return memory_of(rows[0]) if rows else None
+        return self._stamps.overlay([memory_of(rows[0])])[0] if rows else None
 
     def mark_recalled(self, ids: list[str]) -> None:
-        """Record when memories were last recalled (best effort: a race loses a stamp)."""
+        """Record when memories were last recalled (best effort: see ``stamps``)."""
         ids = [i for i in ids if MEMORY_ID.fullmatch(i)]
-        table = self._open()
-        if not ids or table is None:
-            return
-        try:
-            with self._fresh.writing(table):
-                rows = self._fresh.recalling(table, ids)
-                done = table.update(
-                    where=f"id IN ({', '.join(map(quote, ids))})", values={"recalled": time.time()}
-                )
-                self._fresh.recalled(done.version, rows)
-        except Exception as exc:  # another process's commit won: the stamp is not worth a retry
-            log.debug("memory: recalled stamp lost: %s", exc)
+        if ids and self.exists:
+            self._stamps.stamp(ids, time.time())
 
     # ---- reading --------------------------------------------------------------------
     def recall(
@@ -588,18 +583,18 @@ class MemoryStore:
         by_meaning: list[dict[str, Any]] = []
         # The words are searched in another thread while the query is embedded and
         # searched by meaning (LanceDB and onnxruntime let go of the GIL).
-        by_words = _searches().submit(full_text, table, query, where, depth, row_ids=True)
+        by_words = _searches().submit(full_text, table, query, where, depth)
         if vectors.usable and has_vector_column(table):
             embedded = self._embed([query])
             if embedded is None:
                 vectors = _Vectors(False, self._down_reason)
             else:
-                by_meaning = _by_meaning(table, embedded[0], where, depth, row_ids=True)
+                by_meaning = _by_meaning(table, embedded[0], where, depth)
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
-        words = by_words.result()
-        self._fresh.saw([*by_meaning, *words])  # the hits' row ids, for mark_recalled
-        hits = fuse(by_meaning, words, limit)
+        hits = fuse(by_meaning, by_words.result(), limit)
+        stamped = self._stamps.overlay([hit.memory for hit in hits])
+        hits = [replace(hit, memory=memory) for hit, memory in zip(hits, stamped, strict=True)]
         mode = "hybrid" if vectors.usable else "text"
         return Recall(
             hits, mode, None if vectors.usable else f"searched by text only: {vectors.reason}"
@@ -625,7 +620,8 @@ class MemoryStore:
         if where:
             query = query.where(where)
         rows = query.limit(max(table.count_rows(), 1)).to_list()
-        return sorted((memory_of(r) for r in rows), key=lambda m: (-m.updated, m.id))
+        memories = self._stamps.overlay([memory_of(r) for r in rows])
+        return sorted(memories, key=lambda m: (-m.updated, m.id))
 
     def stats(self) -> dict[str, Any]:
         table = self._open()
@@ -736,15 +732,14 @@ def _by_meaning(
     probes: int = NPROBES,
     columns: list[str] = COLUMNS,
     indexed_only: bool = False,
-    row_ids: bool = False,
 ) -> list[dict[str, Any]]:
     """The nearest memories by cosine, through the ANN index once there is one (rows
-    not yet in it are searched flat, unless ``indexed_only``; each with its ``_rowid``
-    if ``row_ids``).  Memories stored without a vector are left out here, not by a
-    ``vector IS NOT NULL`` filter: that reads every vector (~100 ms at 100,000 memories)."""
+    not yet in it are searched flat, unless ``indexed_only``).  Memories stored
+    without a vector are left out here, not by a ``vector IS NOT NULL`` filter: that
+    reads every vector (~100 ms at 100,000 memories)."""
     search = table.search(vector, vector_column_name="vector").metric("cosine")
     # Not the vectors (~2 ms at 100,000); _distance named, or LanceDB warns on stderr.
-    search = search.nprobes(probes).select([*columns, "_distance"]).with_row_id(row_ids)
+    search = search.nprobes(probes).select([*columns, "_distance"])
     if indexed_only:
         search = search.fast_search()
     if where:

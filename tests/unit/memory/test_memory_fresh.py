@@ -1,6 +1,6 @@
 """Remember's twin check past the ANN index (crow.memory.fresh): the rows the index
 misses are searched in numpy while this process knows them all, and a twin is
-found whoever wrote it, whatever rewrote it (a merge, a recalled stamp), and
+found whoever wrote it, whatever rewrote it (a merge), and
 whether this process knew the rows or read them from the table."""
 
 from __future__ import annotations
@@ -99,25 +99,18 @@ def test_a_twin_another_process_wrote_is_read_from_the_table(indexed):
     ).merged_into == (mine.id)
 
 
-def test_a_recalled_memory_is_rewritten_fresh_and_still_a_twin(indexed):
+def test_a_recalled_stamp_leaves_the_table_and_the_fresh_rows_as_they_were(indexed):
     store = MemoryStore(indexed.folder, WordHashes(), ann_from=ANN_FROM)  # as a new process
     found = store.recall("service s42 listens on port p42 in rack r8", limit=3)
     target = found.hits[0].memory
     assert target.text == "service s42 listens on port p42 in rack r8"
-    store.mark_recalled([target.id])  # a delete and an add: the index misses it now
-    assert _known(store) == [target.id]  # known from its first write on
+    version = store._open().version
+    store.mark_recalled([target.id])  # beside the table (crow.memory.stamps)
+    assert store._open().version == version
+    assert store.get(target.id).recalled is not None
+    assert _known(store) == []  # the index still covers every row
     again = store.remember("Service s42 listens on port p42 in rack r8!", scope="global")
     assert again.merged_into == target.id
-
-
-def test_a_recalled_memory_no_search_read_leaves_the_rows_unknown(indexed):
-    target = indexed.recall("service s42 listens on port p42 in rack r8", limit=1).hits[0]
-    other = MemoryStore(indexed.folder, WordHashes(), ann_from=ANN_FROM)  # read nothing
-    assert _known(other) == []
-    other.mark_recalled([target.memory.id])
-    assert _known(other) is None
-    again = other.remember("Service s42 listens on port p42 in rack r8!", scope="global")
-    assert again.merged_into == target.memory.id
 
 
 # ---- FreshRows alone --------------------------------------------------------------------

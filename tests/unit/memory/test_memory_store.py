@@ -217,6 +217,16 @@ def test_changing_the_embedder_never_mixes_vectors_until_reindex(folder, scripte
     assert new.stats()["with_vectors"] == 3
 
 
+def test_a_reindex_to_no_embedder_keeps_every_memory(folder, scripted_model):
+    MemoryStore(folder, OpenAIEmbedder(scripted_model.base_url, "nomic-embed-text")).remember(
+        "deployments use the staging host"
+    )
+    store = MemoryStore(folder, None)  # [memory] embedder = none, then crow memory reindex
+    assert store.reindex() == 1
+    assert store.recorded_embedder() == ""
+    assert texts(store.recall("staging host").hits) == ["deployments use the staging host"]
+
+
 def test_an_empty_store_takes_the_new_embedder_without_a_reindex(folder, scripted_model):
     MemoryStore(folder, None).remember("x")  # made without vectors
     store = MemoryStore(folder, None)
