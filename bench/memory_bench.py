@@ -2,7 +2,7 @@
 
     python bench/memory_bench.py [--embedders numpy,int8,offline,text] [--openai URL MODEL]
     python bench/memory_bench.py --scale 100000 [--no-cache] [--cache DIR]
-    python bench/memory_bench.py --scale 100000 --turns 200
+    python bench/memory_bench.py --scale 100000 --turns 200 [--pace 0.5]
 
 Quality: the 60 memories of ``tests/data/memory_recall.json`` are stored, and
 two sets of queries are recalled: its 120 paraphrases (written not to share the
@@ -26,8 +26,10 @@ next run with the same N, in under a second instead of ~1-2 minutes.
 
 ``--turns T`` (with ``--scale``; see ``turns``) measures recall as an agent
 uses the store: the indexed store takes T turns, each recalling a paraphrase,
-stamping the hits recalled and remembering one memory (about two LanceDB
-fragments a turn), with upkeep in the background as it comes due.
+stamping the hits recalled and remembering one memory (a LanceDB fragment a
+turn), with upkeep in the background as it comes due; ``--pace S`` waits S
+seconds between turns, as a model's answer would (back to back by default, the
+most recalls beside each upkeep).
 """
 
 from __future__ import annotations
@@ -137,10 +139,13 @@ def main() -> int:
     )
     parser.add_argument("--no-cache", action="store_true", help="fill the store afresh")
     parser.add_argument("--turns", type=int, help="with --scale: T agent-like turns (turns())")
+    parser.add_argument(
+        "--pace", type=float, default=0.0, help="with --turns: seconds between turns (0)"
+    )
     args = parser.parse_args()
     if args.scale:
         cache = None if args.no_cache else args.cache
-        return scale(args.scale, args.folder, cache, args.turns)
+        return scale(args.scale, args.folder, cache, args.turns, args.pace)
     data = json.loads(LABELLED.read_text())
     chosen: dict[str, Embedder | None] = {}
     makers: dict[str, Any] = {
@@ -321,7 +326,13 @@ class Precomputed:
 CACHE_VERSION = 1
 
 
-def scale(count: int, folder: Path | None, cache: Path | None, turns: int | None = None) -> int:
+def scale(
+    count: int,
+    folder: Path | None,
+    cache: Path | None,
+    turns: int | None = None,
+    pace: float = 0.0,
+) -> int:
     import numpy as np
 
     from crow.memory.store import MemoryStore
@@ -364,7 +375,7 @@ def scale(count: int, folder: Path | None, cache: Path | None, turns: int | None
                 shutil.copytree(where, kept / "memories")
                 (kept / "ids.json").write_text(json.dumps(ids))
         if turns:
-            return _turns(MemoryStore(where, embedder, merge_threshold=0.97), data, turns)
+            return _turns(MemoryStore(where, embedder, merge_threshold=0.97), data, turns, pace)
         flat = _recall_figures(store, ids, data, "exact search (no ANN index)")
         store = MemoryStore(where, embedder, merge_threshold=0.97)
         started = time.perf_counter()
@@ -394,11 +405,13 @@ def scale(count: int, folder: Path | None, cache: Path | None, turns: int | None
     return 0
 
 
-def _turns(store: Any, data: dict[str, Any], count: int) -> int:
+def _turns(store: Any, data: dict[str, Any], count: int, pace: float = 0.0) -> int:
     """``count`` turns as an agent takes them: recall a paraphrase, stamp the hits
     recalled, remember one memory.  Every turn adds LanceDB fragments that recall
     reads flat until an upkeep folds them into the indexes, so recall is timed
-    through the whole sequence, upkeeps in the background included."""
+    through the whole sequence, upkeeps in the background included.  ``pace``:
+    seconds between turns, the model's time (0: back to back, the most recalls
+    beside each upkeep)."""
     import logging
 
     logging.basicConfig(level=logging.WARNING, format="    %(message)s")
@@ -413,12 +426,24 @@ def _turns(store: Any, data: dict[str, Any], count: int) -> int:
     queries = [q["query"] for q in data["queries"]]
     store.recall(queries[-1])  # the embedder and the search threads warm
     timings, peak = [], 0
+    beside: list[float] = []  # recalls that began while an upkeep ran
+    after: list[float] = []  # the first recall after each upkeep (its new index files)
     cpu = time.process_time()
     started = time.perf_counter()
+    upkeeping = False
     for n in range(count):
+        if pace:
+            time.sleep(pace)
+        running = store.indexing
         began = time.perf_counter()
         found = store.recall(queries[n % len(queries)])
-        timings.append(time.perf_counter() - began)
+        took = time.perf_counter() - began
+        timings.append(took)
+        if running:
+            beside.append(took)
+        elif upkeeping:
+            after.append(took)
+        upkeeping = running
         store.mark_recalled([hit.memory.id for hit in found.hits])
         store.remember(f"Turn {n}: the deploy of branch rel-{n} waits on review {n % 13}")
         if n % 20 == 19:
@@ -441,6 +466,13 @@ def _turns(store: Any, data: dict[str, Any], count: int) -> int:
         f"{_fragments(store)} (peak seen {peak}); {wall:.1f} s, CPU {cpu:.1f} s all threads "
         f"(upkeeps included)"
     )
+    if beside:
+        print(
+            f"  of which {len(beside)} began beside an upkeep: p50 "
+            f"{1000 * statistics.median(beside):.1f} ms max {1000 * max(beside):.1f} ms"
+        )
+    if after:
+        print(f"  the first after each upkeep: max {1000 * max(after):.1f} ms ({len(after)})")
     print("  load average (1, 5, 15 min) at the end: " + _load())
     return 0
 

@@ -67,7 +67,7 @@ from .rows import (
 )
 from .scopes import MemoryError, valid_scope
 from .stamps import RecallStamps
-from .upkeep import ANN_FROM, INDEX_BUILT, NPROBES, Upkeep, upkeep
+from .upkeep import ANN_FROM, INDEX_BUILT, NPROBES, UPKEPT, Upkeep, upkeep
 
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 
@@ -182,6 +182,7 @@ class MemoryStore:
                 with self._fresh.writing(table):
                     added = table.add(list(missing.values()))
                     self._fresh.wrote(added.version, missing.values())
+                self._after_write(table)
                 log.info("memory: %d memories of a stopped process were written", len(missing))
 
         retrying(add)
@@ -232,7 +233,8 @@ class MemoryStore:
         table = self.db.create_table(TABLE, schema=schema, mode=mode, exist_ok=not replace)
         self._table = table
         self._fresh.lost()
-        (self.folder / INDEX_BUILT).unlink(missing_ok=True)  # a new table: no index yet
+        for record in (INDEX_BUILT, UPKEPT):  # a new table: no index, no upkeep yet
+            (self.folder / record).unlink(missing_ok=True)
         if rows:
             table.add([fit(table, row) for row in rows])  # (no vector column: no vector key)
         if not any(index.index_type == "FTS" for index in table.list_indices()):
@@ -461,6 +463,7 @@ class MemoryStore:
                 row["created"] = twin.created
                 with self._fresh.writing(table):
                     self._fresh.wrote(upsert(table, [row]).version, [row])
+                self._after_write(table)
                 return Remembered(twin.id, merged_into=twin.id, replaced_text=twin.text)
             new_id = memory_id if memory_id and MEMORY_ID.fullmatch(memory_id) else new_memory_id()
             row = new_row(new_id, text, scope, tags, None, vector, stamp)
@@ -547,6 +550,7 @@ class MemoryStore:
                         done = table.delete(f"id = {quote(memory_id)}")
                         self._fresh.deleted(done.version, [memory_id])
                     self._stamps.forget([memory_id])
+                    self._after_write(table)
                 return found
 
         return retrying(forget)
@@ -699,7 +703,7 @@ class MemoryStore:
 
     def _after_write(self, table: Any) -> None:
         if self._upkeep.due(table):
-            self._upkeep.start(self._open)
+            self._upkeep.start(self._open, table.version)
 
 
 # ---- helpers ------------------------------------------------------------------------
