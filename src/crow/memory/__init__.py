@@ -4,8 +4,9 @@ A layer below ``crow.servers`` (the memory MCP server) and ``crow.agent``
 (automatic recall); it knows nothing of ACP.  The modules: ``scopes`` (light:
 the agent imports it early), ``store`` (LanceDB; with ``records``, ``rows``,
 ``ranking`` and ``upkeep``: the indexes as the table grows; ``journal``: new
-memories kept safe until committed; ``fresh``: the rows the index misses, for
-remember's twin check; ``stamps``: when memories were last recalled),
+memories kept safe until committed; ``twins``: remember's search for a memory
+that says the same, with ``fresh``: the rows the index misses; ``stamps``: when
+memories were last recalled),
 ``embedders`` and ``minilm`` (onnxruntime, with ``wordpiece``), ``shared`` (one
 store per process and folder).
 """

@@ -1,9 +1,11 @@
 """The memory table's rows for the store (crow.memory.store): ids, tags, the filter of
-a search (SQL for LanceDB, quoted here), a row to write, and a full-text search."""
+a search (SQL for LanceDB, quoted here), a row to write, and the two searches: by
+meaning (vectors) and by words (full text)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 import secrets
 from collections.abc import Iterable
@@ -13,10 +15,12 @@ import numpy as np
 
 from .records import Memory
 from .scopes import valid_scope
+from .upkeep import NPROBES
 
 __all__ = [
     "COLUMNS",
     "MEMORY_ID",
+    "by_meaning",
     "clean_tags",
     "fit",
     "full_text",
@@ -126,3 +130,33 @@ def full_text(table: Any, query: str, where: str, limit: int) -> list[dict[str, 
     except Exception as exc:  # an index LanceDB cannot read is no reason to fail a turn
         log.warning("memory: full-text search failed: %s", exc)
         return []
+
+
+def by_meaning(
+    table: Any,
+    vector: np.ndarray,
+    where: str,
+    limit: int,
+    *,
+    prefilter: bool = True,
+    probes: int = NPROBES,
+    columns: list[str] = COLUMNS,
+    indexed_only: bool = False,
+) -> list[dict[str, Any]]:
+    """The nearest memories by cosine, through the ANN index once there is one (rows
+    not yet in it are searched flat, unless ``indexed_only``).  Memories stored
+    without a vector are left out here, not by a ``vector IS NOT NULL`` filter: that
+    reads every vector (~100 ms at 100,000 memories)."""
+    search = table.search(vector, vector_column_name="vector").metric("cosine")
+    # Not the vectors (~2 ms at 100,000); _distance named, or LanceDB warns on stderr.
+    search = search.nprobes(probes).select([*columns, "_distance"])
+    if indexed_only:
+        search = search.fast_search()
+    if where:
+        search = search.where(where, prefilter=prefilter)
+    rows = search.limit(limit).to_list()
+    return [row for row in rows if _finite(row.get("_distance"))]
+
+
+def _finite(value: Any) -> bool:
+    return value is not None and math.isfinite(value)

@@ -19,25 +19,26 @@ a lock (``commits``); a write that still cannot land is a ``MemoryError`` naming
 the cause, never a lost record.  Everything here blocks: async callers run it
 in a thread.
 
-What it hands out is in ``records``; the rows and their SQL filters in ``rows``; the
-fusion of the two rankings in ``ranking``; the indexes kept current as the table
-grows (an ANN index past ``upkeep.ANN_FROM`` memories) in ``upkeep``; the new
-memories acknowledged before LanceDB commits them in ``journal``; the rows the
-index misses, which remember's search for a twin reads from memory, in ``fresh``;
-when memories were last recalled, in ``stamps`` (a file beside the table, so that a
-recall never rewrites rows).
+What it hands out is in ``records``; the rows, their SQL filters and the two
+searches in ``rows``; the fusion of the two rankings in ``ranking``; the indexes
+kept current as the table grows (an ANN index past ``upkeep.ANN_FROM`` memories) in
+``upkeep``; the new memories acknowledged before LanceDB commits them in
+``journal``; remember's search for a twin in ``twins``, and the rows the index
+misses, which it reads from memory, in ``fresh``; when memories were last
+recalled, in ``stamps`` (a file beside the table, so that a recall never rewrites
+rows).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ from .records import Hit, Memory, Recall, Remembered, memory_of
 from .rows import (
     COLUMNS,
     MEMORY_ID,
+    by_meaning,
     clean_tags,
     fit,
     full_text,
@@ -67,7 +69,8 @@ from .rows import (
 )
 from .scopes import MemoryError, valid_scope
 from .stamps import RecallStamps
-from .upkeep import ANN_FROM, INDEX_BUILT, NPROBES, UPKEPT, Upkeep, upkeep
+from .twins import stored_twin, waiting_twin
+from .upkeep import ANN_FROM, INDEX_BUILT, UPKEPT, Upkeep, upkeep
 
 __all__ = ["Hit", "Memory", "MemoryStore", "Recall", "Remembered"]
 
@@ -452,11 +455,14 @@ class MemoryStore:
             # journal commits meanwhile is in the table by the time it is searched.
             journal = self._journal or existing_journal(self.folder)
             waiting = [] if journal is None else journal.waiting()
-            twin = self._waiting_twin(waiting, text, vector, scope)
+            twin = waiting_twin(waiting, text, vector, scope, self.merge_threshold)
             if twin is not None:
                 self._drain()  # the twin must be in the table to be replaced there
             else:
-                twin = self._twin(table, text, vector, scope)
+                read = partial(self.get, table=table)
+                twin = stored_twin(
+                    table, text, vector, scope, self.merge_threshold, self._fresh, read
+                )
             stamp = time.time()
             if twin is not None:
                 row = new_row(twin.id, text, scope, (*twin.tags, *tags), twin, vector, stamp)
@@ -472,69 +478,6 @@ class MemoryStore:
                 self._journal = journal_for(self.folder, self._commit)
             self._journal.append(row, self.embedder.name if self.embedder else "")
             return Remembered(new_id)  # on disk; in the table a few ms later (journal)
-
-    def _waiting_twin(
-        self, rows: list[dict[str, Any]], text: str, vector: np.ndarray | None, scope: str
-    ) -> Memory | None:
-        """``_twin`` among memories waiting in the journal (the same test, in numpy)."""
-        wanted = normal_text(text)
-        for row in reversed(rows):
-            if row["scope"] != scope:
-                continue
-            other = row.get("vector")
-            if vector is not None and other is not None and self._same(vector, other):
-                return memory_of(row)
-            if normal_text(row["text"]) == wanted:
-                return memory_of(row)
-        return None
-
-    def _same(self, vector: np.ndarray, other: np.ndarray) -> bool:
-        return float(np.dot(vector, other)) >= self.merge_threshold
-
-    def _twin(self, table: Any, text: str, vector: np.ndarray | None, scope: str) -> Memory | None:
-        """A memory in the same scope that says the same: merged instead of piling up."""
-        where = f"scope = {quote(scope)}"
-        if vector is not None:
-            for memory_id in self._nearest(table, vector, where, scope):
-                twin = self.get(memory_id, table)
-                if twin is not None:  # (None: forgotten by another process meanwhile)
-                    return twin
-            if self.merge_threshold < 0.99:
-                return None  # the same text's vector is the same: found above, at similarity 1
-        wanted = normal_text(text)
-        for row in full_text(table, text, where, 10):
-            if normal_text(row["text"]) == wanted:
-                return memory_of(row)
-        return None
-
-    def _nearest(self, table: Any, vector: np.ndarray, where: str, scope: str) -> list[str]:
-        """The ids of the memories of ``scope`` nearest ``vector`` at the merge
-        threshold or above, nearest first (two at most: the index's and the fresh rows').
-
-        Filtered after the search (the nearest few of any scope): a filter before it
-        costs a pass over every scope, and a twin is among the nearest.  A twin
-        (cosine >= the threshold) sits in the new memory's group of the index or one
-        beside it: a few probes do, at ~8 ms less than a recall's 40.  Only the ids
-        are read (~2 ms less at 100,000); a twin's row is read after.  The rows the
-        index misses are searched in numpy when this process knows them all (``fresh``),
-        else read from the table's fragments beside the index."""
-        fresh = self._fresh.rows(table)
-        rows = _by_meaning(
-            table,
-            vector,
-            where,
-            TWIN_DEPTH,
-            prefilter=False,
-            probes=TWIN_PROBES,
-            columns=["id"],
-            indexed_only=fresh is not None,
-        )
-        found = [(1.0 - rows[0]["_distance"], rows[0]["id"])] if rows else []
-        nearest = None if fresh is None else fresh.nearest(vector, scope)
-        if nearest is not None:
-            found.append((nearest[1], nearest[0]))
-        found.sort(reverse=True)
-        return [memory_id for similarity, memory_id in found if similarity >= self.merge_threshold]
 
     def forget(self, memory_id: str) -> Memory | None:
         """Delete one memory; returns it (None if there was none)."""
@@ -584,7 +527,7 @@ class MemoryStore:
         where = where_clause(scopes, tags)
         depth = max(limit * 4, 20)
         vectors = self._vectors(table)
-        by_meaning: list[dict[str, Any]] = []
+        nearest: list[dict[str, Any]] = []
         # The words are searched in another thread while the query is embedded and
         # searched by meaning (LanceDB and onnxruntime let go of the GIL).
         by_words = _searches().submit(full_text, table, query, where, depth)
@@ -593,10 +536,10 @@ class MemoryStore:
             if embedded is None:
                 vectors = _Vectors(False, self._down_reason)
             else:
-                by_meaning = _by_meaning(table, embedded[0], where, depth)
+                nearest = by_meaning(table, embedded[0], where, depth)
         elif vectors.usable:
             vectors = _Vectors(False, "no memory has a vector yet")
-        hits = fuse(by_meaning, by_words.result(), limit)
+        hits = fuse(nearest, by_words.result(), limit)
         stamped = self._stamps.overlay([hit.memory for hit in hits])
         hits = [replace(hit, memory=memory) for hit, memory in zip(hits, stamped, strict=True)]
         mode = "hybrid" if vectors.usable else "text"
@@ -718,42 +661,6 @@ def _searches() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(4, thread_name_prefix="crow-memory-search")
         return _pool
-
-
-#: How many nearest memories of any scope ``remember`` looks through for a twin.
-TWIN_DEPTH = 8
-#: The groups of the ANN index the twin search reads (see ``_twin``).
-TWIN_PROBES = 4
-
-
-def _by_meaning(
-    table: Any,
-    vector: np.ndarray,
-    where: str,
-    limit: int,
-    *,
-    prefilter: bool = True,
-    probes: int = NPROBES,
-    columns: list[str] = COLUMNS,
-    indexed_only: bool = False,
-) -> list[dict[str, Any]]:
-    """The nearest memories by cosine, through the ANN index once there is one (rows
-    not yet in it are searched flat, unless ``indexed_only``).  Memories stored
-    without a vector are left out here, not by a ``vector IS NOT NULL`` filter: that
-    reads every vector (~100 ms at 100,000 memories)."""
-    search = table.search(vector, vector_column_name="vector").metric("cosine")
-    # Not the vectors (~2 ms at 100,000); _distance named, or LanceDB warns on stderr.
-    search = search.nprobes(probes).select([*columns, "_distance"])
-    if indexed_only:
-        search = search.fast_search()
-    if where:
-        search = search.where(where, prefilter=prefilter)
-    rows = search.limit(limit).to_list()
-    return [row for row in rows if _finite(row.get("_distance"))]
-
-
-def _finite(value: Any) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def _kib(size: int) -> str:
