@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pexpect
 import pytest
 from crow_testing.fakemodel import Hang, Text, ToolCalls
@@ -222,6 +224,33 @@ def test_ctrl_c_while_crow_serve_starts_at_a_terminal_is_quiet(crow_home, termin
     child.close()
     said = (child.before or "").replace("\r", "")
     assert "Traceback" not in said and "never awaited" not in said, said
+    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, said)
+
+
+def test_ctrl_c_stops_crow_serve_http_closes_the_store_and_leaves_with_130(crow_home, terminal):
+    child = terminal.start("serve", "--http", "127.0.0.1:0")
+    child.expect(r"serving ACP at (http://\S+)/acp")
+    healthz = httpx.get(f"{child.match.group(1)}/healthz", timeout=TIMEOUT)
+    assert healthz.status_code == 200  # serving, its store open
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    said = (child.before or "").replace("\r", "")
+    assert "Traceback" not in said and "Warning" not in said, said
+    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, said)
+    assert not (crow_home / "crow.db-wal").exists()  # the store was closed, not cut off
+    assert not list((crow_home / "run").glob("*.json"))  # clients no longer find it
+
+
+def test_sigterm_stops_crow_serve_http_closes_the_store_and_ends_by_the_signal(crow_home):
+    server = HttpServer(env={"CROW_HOME": str(crow_home)})
+    try:
+        healthz = server.bare_url.removesuffix("/acp") + "/healthz"
+        assert httpx.get(healthz, timeout=TIMEOUT).status_code == 200
+    finally:
+        server.stop()  # SIGTERM
+    assert server.process.returncode == -signal.SIGTERM
+    assert not (crow_home / "crow.db-wal").exists()
 
 
 # ---- saved permissions --------------------------------------------------------------------

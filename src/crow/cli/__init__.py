@@ -13,7 +13,7 @@ import os
 import signal
 from typing import Any, NoReturn
 
-__all__ = ["main", "run"]
+__all__ = ["leave_interrupted", "main", "run"]
 
 EXIT_INTERRUPTED = 130  # crow.cli.common's (which imports what loading takes)
 
@@ -22,7 +22,7 @@ def run() -> None:
     """The ``crow`` command (``crow.cli.app.run``), Crow's modules loaded first."""
     guarding = signal.getsignal(signal.SIGINT) is signal.default_int_handler  # (not ignored)
     if guarding:
-        signal.signal(signal.SIGINT, _leave)
+        signal.signal(signal.SIGINT, leave_interrupted)
     from .app import run as command
 
     try:
@@ -30,7 +30,7 @@ def run() -> None:
             signal.signal(signal.SIGINT, signal.default_int_handler)
         command()  # exits; Ctrl-C in it is its own to report, ...
     except KeyboardInterrupt:  # ... but for one just before it had begun to listen
-        _leave()
+        leave_interrupted()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     return command_line(argv)
 
 
-def _leave(*_: Any) -> NoReturn:
+def leave_interrupted(*_: Any) -> NoReturn:
+    """Ctrl-C before anything started that would need stopping (a SIGINT handler)."""
     os.write(2, b"\ncrow: interrupted\n")  # (a signal handler: no buffered stream)
-    os._exit(EXIT_INTERRUPTED)  # nothing has started that would need a teardown
+    os._exit(EXIT_INTERRUPTED)

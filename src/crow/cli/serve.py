@@ -4,16 +4,23 @@ with ``--http`` one long-lived server for many clients.
 Start-up matters here most (an editor spawns ``crow serve`` and waits for
 ``initialize``): the agent's layers are imported when the command runs, not when
 the command line is parsed.
+
+Ctrl-C at a terminal leaves in one way, with 130: before the server runs, at once
+(``crow: interrupted``: nothing has started that needs stopping); once it runs, the
+server stops as it does for SIGTERM (running turns get their grace, the store is
+closed), then leaves.  (SIGTERM ends the process by the signal, once stopped.)
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
 from ..config import Paths
-from .common import EXIT_USAGE, Refused, config_or_refuse, exit_now
+from . import leave_interrupted
+from .common import EXIT_INTERRUPTED, EXIT_USAGE, Refused, config_or_refuse, exit_now
 from .logs import apply_log_settings, setup_logging
 
 __all__ = ["DESCRIPTION", "add_arguments", "main"]
@@ -54,6 +61,8 @@ def add_arguments(serve: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not ignored)
+        signal.signal(signal.SIGINT, leave_interrupted)  # until the server runs
     paths = Paths.from_env()
     setup_logging(paths.logs, args.log_level)
     config = config_or_refuse(paths=paths, model=args.model, base_url=args.base_url)
@@ -121,10 +130,12 @@ def _run_server(serving: Any) -> None:
     from ..store.db import StoreError
 
     leaving = serve_then_leave(serving, exit_now)
+    if signal.getsignal(signal.SIGINT) is leave_interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the loop's: a stop
     try:
         run(leaving)
-    except KeyboardInterrupt:  # Ctrl-C at a terminal: leave now (before the coroutines
-        exit_now(0)  # that never started are collected, each with a warning)
+    except KeyboardInterrupt:  # Ctrl-C, once the server stopped: leave now (before the
+        exit_now(EXIT_INTERRUPTED)  # coroutines never started are collected with warnings)
     except StoreError as exc:
         print(f"crow: {exc}", file=sys.stderr)
         exit_now(1)

@@ -32,8 +32,11 @@ import hmac
 import ipaddress
 import logging
 import secrets
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -259,12 +262,28 @@ async def _serve_on(
     )
     app = WebApp(probes, check_place=security.check_place)
     published: list[Path] = []  # the runtime file, once written
+    stopped_by: list[int] = []  # the signals that stopped the server (SIGINT, SIGTERM)
 
     class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn's raises the signals again as it returns, before the finally
+            # below has closed the store: a SIGTERM ended the process there, a SIGINT
+            # cancelled the close.  They are raised after it instead (_leave_as_asked).
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            handled = (signal.SIGINT, signal.SIGTERM)
+            before = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-            # uvicorn re-raises SIGTERM once it has shut down, which ends the process
-            # before the finally below: the runtime file goes as the signal arrives.
-            _unpublish(published)
+            stopped_by.append(sig)
+            _unpublish(published)  # clients stop finding a server that is stopping
             super().handle_exit(sig, frame)
 
         async def shutdown(self, sockets: Any = None) -> None:
@@ -302,6 +321,17 @@ async def _serve_on(
         _unpublish(published)
         await agent.shutdown()
         await agent.store.aclose()
+    _leave_as_asked(stopped_by)
+
+
+def _leave_as_asked(signals: list[int]) -> None:
+    """Once stopped and closed: a Ctrl-C leaves as a Ctrl-C does (KeyboardInterrupt,
+    crow serve's exit 130), a SIGTERM ends the process by that signal."""
+    if signal.SIGINT in signals:
+        raise KeyboardInterrupt
+    if signal.SIGTERM in signals:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
 
 
 def trace(server: ServerSettings) -> None:
