@@ -6,9 +6,10 @@ Start-up matters here most (an editor spawns ``crow serve`` and waits for
 the command line is parsed.
 
 Ctrl-C at a terminal leaves in one way, with 130: before the server runs, at once
-(``crow: interrupted``: nothing has started that needs stopping); once it runs, the
-server stops as it does for SIGTERM (running turns get their grace, the store is
-closed), then leaves.  (SIGTERM ends the process by the signal, once stopped.)
+(``crow: interrupted``: nothing has started that needs stopping); once it runs, it
+stops first (``--http`` as for SIGTERM: running turns get their grace; on stdio the
+turn is cancelled), and the store is closed.  SIGTERM ends ``--http`` by the
+signal once stopped, and stdio at once (the signal's default).
 """
 
 from __future__ import annotations
