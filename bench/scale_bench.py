@@ -206,13 +206,13 @@ def fill_sessions(home: Path, count: int) -> None:
 
     store = SqliteStore(home / "crow.db")
     try:
-        with store._transaction():
+        with store._transaction():  # one commit (create_session is a transaction of its own)
             for n in range(count):
                 stamp = f"2026-{1 + n // 2_700_000 % 12:02d}-01T{n // 3600 % 24:02d}:" + (
                     f"{n // 60 % 60:02d}:{n % 60:02d}.000Z"
                 )
                 cwd = "/work/rare" if n % 10_000 == 0 else f"/work/p{n % 100}"
-                store.create_session(session_id=f"sess_{n:016x}", cwd=cwd, now=stamp)
+                store._insert_session(session_id=f"sess_{n:016x}", cwd=cwd, now=stamp)
                 store.update_session(f"sess_{n:016x}", title=f"topic {n}")
     finally:
         store.close()
