@@ -86,6 +86,8 @@ class Cluster:
         self._listener: asyncio.Task[None] | None = None  # other servers' updates
         self._lease_keeper: asyncio.Task[None] | None = None
         self._owner_watches: dict[str, asyncio.Task[None]] = {}  # by session id
+        self._sweep_lock = asyncio.Lock()
+        self._sweeps = 0  # sweeps begun, to date
 
     # ---- other servers on a shared store --------------------------------------------
     def follow_store(self) -> None:
@@ -120,14 +122,21 @@ class Cluster:
             await self._sweep()
 
     async def _sweep(self) -> None:
-        """Close the turns of dead servers and drop the prompts they held."""
+        """Close the turns of dead servers and drop the prompts they held.  One sweep
+        at a time; a call that waited for one begun after it was made is done (the
+        held prompts of many sessions may find one dead server at once)."""
         assert self.queue is not None
-        try:
-            await self.store.submit(close_interrupted_turns, self.store.sync)
-            moved = await self.queue.keep()  # ours renewed, the dead's dropped
-        except StoreError as exc:
-            log.warning("closing interrupted turns failed: %s", exc)
-            return
+        asked = self._sweeps
+        async with self._sweep_lock:
+            if self._sweeps > asked:
+                return
+            self._sweeps += 1
+            try:
+                await self.store.submit(close_interrupted_turns, self.store.sync)
+                moved = await self.queue.keep()  # ours renewed, the dead's dropped
+            except StoreError as exc:
+                log.warning("closing interrupted turns failed: %s", exc)
+                return
         for session_id in moved:
             self._heard_held(session_id)
 
