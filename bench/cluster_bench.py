@@ -2,7 +2,7 @@
 
     python bench/cluster_bench.py --pg-url postgresql://user@host/db
                                   [--clients 30] [--prompts 10] [--chunks 10]
-                                  [--only sqlite,pg1,pg2,pg3,proxy,delivery]
+                                  [--only sqlite,pg1,pg2,pg3,proxy,delivery,failover]
                                   [--rounds N]
 
 (``--pg-url`` names a maintenance database: the bench makes a database of its own
@@ -22,7 +22,11 @@ process per server, the clients spread evenly, each client on its own session):
 - failover: a turn hangs on server A (its model never answers), A is killed with
   SIGKILL, and a client of B resumes the session (B closes the dead owner's turn)
   and prompts it: the time from the kill to the resume's answer, and to that
-  prompt's ``idle`` (B has served a turn before: no cold start counted).
+  prompt's ``idle`` (B has served a turn before: no cold start counted).  B's
+  resume may come before A is seen dead: its prompt is then held behind A's turn
+  until B finds A dead.  ``--only failover`` measures this alone, ``--rounds`` times
+  (two new servers each), and also with B's client watching the session from before
+  the kill (its prompt is always held behind A's turn): the spread of each.
 
 A shared machine's speed drifts: ``--rounds N`` runs the chosen setups N times in
 turn (``--only sqlite,pg1`` pairs one SQLite server with one PostgreSQL server,
@@ -125,9 +129,11 @@ async def delivery_ms(url_a: str, url_b: str, turns: int) -> list[float]:
 
 
 async def failover_ms(
-    server_a: Any, url_a: str, url_b: str, model: ScriptedModel
+    server_a: Any, url_a: str, url_b: str, model: ScriptedModel, *, watched: bool = False
 ) -> tuple[float, float]:
-    """(kill -> the session resumed on B, kill -> B's prompt answered), in ms."""
+    """(kill -> the session resumed on B, kill -> B's prompt answered), in ms.
+    ``watched``: B's client resumed the session before the kill (0 ms to resume), so
+    B knows A's turn runs, and the prompt is held behind it until B finds A dead."""
     survivor = await client_for(url_b)
     model.script(Text(text="warm"))
     warm = await survivor.new_session("/tmp")  # B's first turn (imports, model lookup)
@@ -139,10 +145,13 @@ async def failover_ms(
     await session.prompt("hang")
     while len(model.requests) == asked:  # A's model call is under way (and hangs)
         await asyncio.sleep(0.01)
+    if watched:
+        resumed = await survivor.resume_session(session.id, "/tmp", replay=False)
     killed = time.perf_counter()
     server_a.send_signal(signal.SIGKILL)
-    resumed = await survivor.resume_session(session.id, "/tmp", replay=False)
-    resumed_ms = (time.perf_counter() - killed) * 1000
+    if not watched:
+        resumed = await survivor.resume_session(session.id, "/tmp", replay=False)
+    resumed_ms = (time.perf_counter() - killed) * 1000 if not watched else 0.0
     while True:  # the kernel may take a moment to end A: until then its lease holds
         try:
             turn = await resumed.run("go on")
@@ -185,6 +194,35 @@ def measure(setup: str, home: str, pg_url: str, clients: int, prompts: int) -> t
     return rate, p99
 
 
+def failovers(pg_url: str, rounds: int) -> None:
+    """Failover alone, ``rounds`` times each way (B's client resuming after the kill,
+    and watching from before it), each on two new servers: the spread."""
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as home, ScriptedModel() as scripted:
+        write_config(Path(home), scripted.base_url, extra="[tools]\nbuiltin = []\n")
+        with Database(pg_url) as url:
+            for _ in range(rounds):
+                for watched, done in runs.items():
+                    (a, url_a), (b, url_b) = servers(2, home, url)
+                    try:
+                        failover = failover_ms(a, url_a, url_b, scripted, watched=watched)
+                        done.append(asyncio.run(failover))
+                    finally:
+                        for process in (a, b):
+                            stop(process)
+                    resumed, answered = done[-1]
+                    how = "watching from B" if watched else f"resumed on B {resumed:.0f} ms"
+                    print(f"  failover, {how}: answered {answered:.0f} ms", flush=True)
+    for watched, done in runs.items():
+        ms = sorted(answered for _, answered in done)
+        how = "B's client watching before" if watched else "B's client resuming after"
+        print(
+            f"  kill -9 -> B's prompt answered, {how}: min {ms[0]:.0f} ms, "
+            f"median {statistics.median(ms):.0f} ms, max {ms[-1]:.0f} ms ({len(ms)} runs)",
+            flush=True,
+        )
+
+
 def cluster_behaviour(pg_url: str) -> None:
     """Cross-server delivery and failover, on two servers."""
     with tempfile.TemporaryDirectory() as home, ScriptedModel() as scripted:
@@ -221,18 +259,20 @@ def main() -> None:
     if not args.pg_url:
         parser.error("--pg-url (or CROW_TEST_PG_URL) is needed")
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(chosen) - {*SETUPS, "delivery"})
+    unknown = sorted(set(chosen) - {*SETUPS, "delivery", "failover"})
     if unknown:
-        parser.error(f"--only: unknown {', '.join(unknown)} (from {', '.join(SETUPS)}, delivery)")
+        known = ", ".join([*SETUPS, "delivery", "failover"])
+        parser.error(f"--only: unknown {', '.join(unknown)} (from {known})")
     model, base_url = start_model(args.chunks)
-    print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
     results: dict[str, list[tuple[float, float]]] = {s: [] for s in chosen if s in SETUPS}
+    if results:
+        print(f"{args.clients} clients x {args.prompts} prompts, {args.chunks} chunks each")
     try:
         with tempfile.TemporaryDirectory() as home:
             token = uuid.uuid4().hex  # one for every server: a proxy fronts two
             extra = f'[tools]\nbuiltin = []\n\n[server]\ntoken = "{token}"\n'
             write_config(Path(home), base_url, extra=extra)
-            for round_no in range(args.rounds):
+            for round_no in range(args.rounds if results else 0):
                 if args.rounds > 1:
                     print(f" round {round_no + 1}", flush=True)
                 for setup in results:
@@ -246,10 +286,12 @@ def main() -> None:
                         f"p99 {pg_p99 / sq_p99:.2f}x",
                         flush=True,
                     )
-        if args.rounds > 1:
+        if args.rounds > 1 and results:
             summarise(results)
         if "delivery" in chosen:
             cluster_behaviour(args.pg_url)
+        if "failover" in chosen:
+            failovers(args.pg_url, args.rounds)
     finally:
         stop(model)
 

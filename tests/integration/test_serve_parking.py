@@ -38,12 +38,13 @@ def store_env(request) -> dict[str, str]:
     return {"CROW_STORE_URL": request.getfixturevalue("postgres_url")}
 
 
-def parking_config(crow_home, scripted_model) -> None:
+def parking_config(crow_home, scripted_model, server: str = "") -> None:
+    """Sessions parked after ``IDLE_S``; ``server``: more of ``[server]``."""
     write_config(
         crow_home,
         scripted_model.base_url,
         models={"big": {}, "small": {}},
-        extra=probe_config(extra=f"[server]\nunload_idle_s = {IDLE_S}\n"),
+        extra=probe_config(extra=f"[server]\nunload_idle_s = {IDLE_S}\n{server}"),
     )
 
 
@@ -395,6 +396,55 @@ async def test_a_turn_left_by_a_dead_server_ends_for_a_session_parked_here(
     with contextlib.suppress(Exception):  # (its server is gone)
         await elsewhere.aclose()
     await owner.aclose()
+
+
+#: The sweep for dead servers (and their held prompts) this rarely: it comes once the
+#: session is parked (two servers start, a turn runs and ends, and the session idles
+#: for ``IDLE_S``: some 5-10 s here).
+SLOW_SWEEP_S = 25.0
+
+
+async def test_a_dead_servers_held_prompt_dropped_while_parked_here_updates_the_queue_shown(
+    crow_home, scripted_model, postgres_url, tmp_path
+):
+    """A change to the held prompts is news of its own: a server holding a prompt
+    behind the turn here dies; the turn ends and the session is parked with the dead
+    server's prompt still filed; the sweep then drops it, and nothing else happens to
+    the session.  It comes back for that, and its watcher is shown the queue empty,
+    not the gone prompt for good."""
+    parking_config(crow_home, scripted_model, server=f"orphan_sweep_s = {SLOW_SWEEP_S}\n")
+    scripted_model.script(Hang())
+    env = {"CROW_STORE_URL": postgres_url}
+    here, there = HttpServer(env=env), HttpServer(env=env)
+    owner = await client_for(here.url)
+    elsewhere = await client_for(there.ws_url)
+    seen: list[dict[str, Any]] = []
+    owner.on_update(logged(seen))
+    held = None
+    try:
+        async with asyncio.timeout(SLOW_SWEEP_S * 3):
+            session = await owner.new_session(str(tmp_path))
+            other = await elsewhere.resume_session(session.id, str(tmp_path), replay=False)
+            await session.prompt("hang")
+            await until(lambda: other.projection.state == "running", "the turn seen there")
+            held = asyncio.ensure_future(other.prompt("held there"))
+            await until(lambda: held_shown(seen) == ["held there"], "shown here")
+            there.process.send_signal(signal.SIGKILL)
+            there.process.wait(timeout=10)
+            await session.cancel()
+            await until(lambda: session.projection.state == "idle", "the turn here ended")
+            await until(lambda: live_sessions(here) == 0, "parked here")
+            assert held_shown(seen) == ["held there"]  # (no sweep yet: still filed)
+            await until(lambda: held_shown(seen) == [], "the queue shown empty", SLOW_SWEEP_S * 2)
+            assert live_sessions(here) == 1  # back for the news
+    finally:
+        if held is not None:
+            held.cancel()
+        with contextlib.suppress(Exception):  # (its server is gone)
+            await elsewhere.aclose()
+        await owner.aclose()
+        here.stop()
+        there.stop()
 
 
 def listener_pids(url: str) -> list[int]:

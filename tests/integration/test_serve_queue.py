@@ -300,10 +300,12 @@ def asked(requests: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def a_turn_on_a_watched_from_b(crow: Any, scripted_model: Any) -> tuple[Any, Any, str]:
-    """Servers A and B on one store; A runs the turn of "one" (its model was asked),
-    and B's client watches the session."""
-    a = crow(timeout_s=120.0)  # a hanging model is cut by the test, not a slow machine
+def a_turn_on_a_watched_from_b(
+    crow: Any, scripted_model: Any, extra: str = ""
+) -> tuple[Any, Any, str]:
+    """Servers A and B on one store (``extra`` in their config); A runs the turn of
+    "one" (its model was asked), and B's client watches the session."""
+    a = crow(timeout_s=120.0, extra=extra)  # a hanging model is cut by the test
     sid = a.new_session()
     b = crow(write=False)
     b.resume(sid)
@@ -336,6 +338,8 @@ def test_prompts_held_on_two_servers_are_inserted_in_arrival_order(
     while len(idles(seen_a)) < 3:  # "one", "two" (B's turn, seen through the store), "three"
         seen_a.append(a.recv(timeout=60))
     assert asked(scripted_model.requests) == ["one", "two", "three"]
+    # B looked at A's turn while "two" waited, and left it alone: A was alive.
+    assert [u["stopReason"] for u in idles(seen_a)] == ["end_turn"] * 3
     assert "result" in seen_b[-1] and "result" in seen_a[index_of(seen_a, answer_to(3))]
     assert user_texts(seen_a)[-2:] == ["two", "three"]
 
@@ -359,3 +363,27 @@ def test_a_server_killed_with_prompts_held_leaves_the_others_theirs(
     assert "result" in seen[index_of(seen, answer_to(3))]
     assert asked(scripted_model.requests) == ["one", "two"]
     assert [] in queues(seen)
+
+
+#: A sweep for dead servers' turns this rarely: none comes within a test's waits.
+RARE_SWEEP_S = 120.0
+
+
+def test_a_prompt_held_behind_a_killed_servers_turn_goes_in_before_the_next_sweep(
+    crow, scripted_model, shared_store
+):
+    """A runs the turn, B holds "two" behind it, and A is killed: B sees A dead and
+    closes its turn (interrupted) then and there, and inserts "two", without waiting
+    for its sweep (minutes away here; every 5 s by default)."""
+    scripted_model.script(Hang(), Text(text="two done"))
+    extra = f"[server]\norphan_sweep_s = {RARE_SWEEP_S}\n"
+    a, b, sid = a_turn_on_a_watched_from_b(crow, scripted_model, extra)
+    send_together(b, prompt_message(2, sid, "two"))
+    collect(b, lambda m: ["two"] in queues([m]))
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait(timeout=10)
+    seen = collect(b, answer_to(2), timeout=RARE_SWEEP_S / 4)  # generous, yet well before
+    seen += until_idles(b, 1)
+    assert "result" in seen[index_of(seen, answer_to(2))]
+    assert [u["stopReason"] for u in idles(seen)] == ["error", "end_turn"]  # A's, then "two"
+    assert asked(scripted_model.requests) == ["one", "two"]

@@ -179,6 +179,16 @@ def test_max_sessions_per_connection_defaults_to_64_and_must_be_a_positive_integ
         load_config(paths)
 
 
+def test_orphan_sweep_s_defaults_to_5_and_must_be_positive(paths):
+    assert load_config(paths).server.orphan_sweep_s == 5.0
+    paths.home.mkdir(parents=True)
+    paths.config_file.write_text("[server]\norphan_sweep_s = 60\n")
+    assert load_config(paths).server.orphan_sweep_s == 60.0
+    paths.config_file.write_text("[server]\norphan_sweep_s = 0\n")
+    with pytest.raises(ConfigError, match=r"server\.orphan_sweep_s"):
+        load_config(paths)
+
+
 def test_unload_idle_s_defaults_to_300_and_must_not_be_negative(paths):
     assert load_config(paths).server.unload_idle_s == 300.0
     paths.home.mkdir(parents=True)

@@ -8,9 +8,12 @@ On a shared (PostgreSQL) store other servers append to the same sessions.  A
 server hears what they log (``crow.store.listen``) and sends its watchers what
 they have not seen (``LiveSession.catch_up``, one task per session at a time);
 hears cancels, permission questions (crow.agent.shared_questions) and held prompts
-(crow.agent.shared_queue) of the others; and every ``ORPHAN_SWEEP_S`` closes the
-turns of servers that died, so those watching elsewhere see the turn end.  News of
-a session parked here brings it back first (crow.agent.parking).
+(crow.agent.shared_queue) of the others; and every ``[server] orphan_sweep_s`` closes
+the turns of servers that died, so those watching elsewhere see the turn end.  While
+a prompt is held here behind another server's turn, that server is looked at far
+more often (``watch_turn_elsewhere``): its death lets the prompt in at once, not at
+the next sweep.  News of a session parked here brings it back first
+(crow.agent.parking).
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from crow.acp import InvalidParams
 from crow.store.aio import settled
-from crow.store.db import StoreError, StoreUnavailable
+from crow.store.db import SessionRecord, StoreError, StoreUnavailable
 from crow.store.lease import RENEW_EVERY_S, expiry
 from crow.store.listen import Heard
 
@@ -33,12 +37,16 @@ from .session import LiveSession
 from .shared_questions import SharedQuestions
 from .shared_queue import SharedQueue
 
-__all__ = ["ORPHAN_SWEEP_S", "Cluster", "ClusterHost", "busy"]
+__all__ = ["Cluster", "ClusterHost", "busy"]
 
 log = logging.getLogger("crow.agent")
 
-#: On a shared store, how often a server looks for turns whose server died.
-ORPHAN_SWEEP_S = 5.0
+#: While a prompt is held here behind another server's turn, how often that server is
+#: looked at (its process, on this host; its lease as last read, on another): a dead
+#: one's turn is closed about this soon, not at the next sweep.
+OWNER_CHECK_S = 0.1
+#: ... and how often the lease is read again (renewed, or the turn now another's).
+OWNER_READ_S = 1.0
 
 
 class ClusterHost(SessionHost, Protocol):
@@ -77,6 +85,9 @@ class Cluster:
             self.queue = SharedQueue(self.store, owner)
         self._listener: asyncio.Task[None] | None = None  # other servers' updates
         self._lease_keeper: asyncio.Task[None] | None = None
+        self._owner_watches: dict[str, asyncio.Task[None]] = {}  # by session id
+        self._sweep_lock = asyncio.Lock()
+        self._sweeps = 0  # sweeps begun, to date
 
     # ---- other servers on a shared store --------------------------------------------
     def follow_store(self) -> None:
@@ -106,17 +117,64 @@ class Cluster:
     async def _close_orphans(self) -> None:
         """On a shared store, close the turns of servers that died, without waiting for
         a client to touch the session: those watching elsewhere see the turn end."""
-        assert self.queue is not None
         while True:
-            await asyncio.sleep(ORPHAN_SWEEP_S)
+            await asyncio.sleep(self.host.config.server.orphan_sweep_s)
+            await self._sweep()
+
+    async def _sweep(self) -> None:
+        """Close the turns of dead servers and drop the prompts they held.  One sweep
+        at a time; a call that waited for one begun after it was made is done (the
+        held prompts of many sessions may find one dead server at once)."""
+        assert self.queue is not None
+        asked = self._sweeps
+        async with self._sweep_lock:
+            if self._sweeps > asked:
+                return
+            self._sweeps += 1
             try:
                 await self.store.submit(close_interrupted_turns, self.store.sync)
                 moved = await self.queue.keep()  # ours renewed, the dead's dropped
             except StoreError as exc:
                 log.warning("closing interrupted turns failed: %s", exc)
-                continue
-            for session_id in moved:
-                self._heard_held(session_id)
+                return
+        for session_id in moved:
+            self._heard_held(session_id)
+
+    def watch_turn_elsewhere(self, session: LiveSession) -> None:
+        """A prompt is held here: whenever the session's turn runs on another server
+        meanwhile, look at that server often, and close its turn as soon as it is dead
+        (the held prompt then goes in), not at the next sweep."""
+        watch = self._owner_watches.get(session.id)
+        if self.queue is None or (watch is not None and not watch.done()):
+            return
+        watch = self.host.spawn(self._watch_owner(session), name=f"owner-watch-{session.id}")
+        self._owner_watches[session.id] = watch
+        watch.add_done_callback(lambda done: self._watch_ended(session.id, done))
+
+    def _watch_ended(self, session_id: str, watch: asyncio.Task[None]) -> None:
+        if self._owner_watches.get(session_id) is watch:
+            del self._owner_watches[session_id]
+
+    async def _watch_owner(self, session: LiveSession) -> None:
+        """While prompts are held here: sweep whenever a turn that runs elsewhere is
+        orphaned, by the rule of every other look (``is_orphaned``).  The record last
+        read is judged every ``OWNER_CHECK_S``; the store is read every
+        ``OWNER_READ_S``, and as soon as that record looks orphaned."""
+        record: SessionRecord | None = None
+        read_at = float("-inf")
+        while session.held:
+            elsewhere = not session.busy and session.state != "idle"  # a turn, not ours
+            looks_orphaned = record is not None and is_orphaned(record)
+            if elsewhere and (looks_orphaned or time.monotonic() - read_at >= OWNER_READ_S):
+                record, read_at = None, time.monotonic()
+                try:
+                    record = await self.store.get_session(session.id)
+                except StoreError as exc:
+                    log.warning("reading session %s failed: %s", session.id, exc)
+                if record is not None and is_orphaned(record):
+                    await self._sweep()
+                    record = None  # closed (or being closed by another server)
+            await asyncio.sleep(OWNER_CHECK_S)
 
     def _heard(self, session_id: str, seq: int) -> None:
         """An update logged, by any server: ours are sent by the turn that logged

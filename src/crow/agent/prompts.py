@@ -103,6 +103,7 @@ class Prompts:
             self.show_queue(session)
             self.advance(session)  # free meanwhile (a turn elsewhere just ended)
             while True:
+                self.cluster.watch_turn_elsewhere(session)  # its server may die meanwhile
                 await held.wake
                 if not session.held.drop(held):
                     raise RequestCancelled("The held prompt was withdrawn")

@@ -42,6 +42,7 @@ from .validate import (
     as_fraction,
     as_non_negative,
     as_opt_str,
+    as_positive,
     as_positive_int,
     as_str,
     as_table,
@@ -253,6 +254,9 @@ def _server_settings(source: str, data: dict[str, Any]) -> ServerSettings:
         ),
         unload_idle_s=as_non_negative(
             source, "server.unload_idle_s", table.get("unload_idle_s", defaults.unload_idle_s)
+        ),
+        orphan_sweep_s=as_positive(
+            source, "server.orphan_sweep_s", table.get("orphan_sweep_s", defaults.orphan_sweep_s)
         ),
         **_observing(source, table, defaults),
     )

@@ -138,6 +138,9 @@ class ServerSettings:
     log_backups: int = 5  # ... keeping this many old files (crow.log.1 ...)
     max_sessions_per_connection: int = 64  # sessions one connection may have open at once
     unload_idle_s: float = 300.0  # a session idle this long is unloaded (0: never)
+    #: On a shared store, how often a server looks for the turns of servers that died
+    #: (a prompt held here behind such a turn does not wait for it: crow.agent.cluster).
+    orphan_sweep_s: float = 5.0
 
 
 #: The formats of crow serve's log lines ([server] log_format).

@@ -138,6 +138,7 @@ v2 = true             # false: answer ACP v1 clients only (v1 is always on)
 # log_backups = 5          # ... keeping this many old files
 # max_sessions_per_connection = 64   # sessions one connection may have open at once
 # unload_idle_s = 300      # an idle open session is unloaded; the next request loads it again
+# orphan_sweep_s = 5       # PostgreSQL store: how often a server closes the turns of dead servers
 
 [retry]
 attempts = 3          # tries per model for transient errors (timeouts, 429, 5xx)

@@ -11,6 +11,7 @@ __all__ = [
     "as_fraction",
     "as_non_negative",
     "as_opt_str",
+    "as_positive",
     "as_positive_int",
     "as_str",
     "as_table",
@@ -51,6 +52,12 @@ def as_positive_int(source: str, key: str, value: Any) -> int:
     if type(value) is not int or value <= 0:
         raise ConfigError(source, key, "a positive integer", value)
     return value
+
+
+def as_positive(source: str, key: str, value: Any) -> float:
+    if type(value) not in (int, float) or value <= 0:
+        raise ConfigError(source, key, "a positive number", value)
+    return float(value)
 
 
 def as_fraction(source: str, key: str, value: Any, *, zero: bool) -> float:
