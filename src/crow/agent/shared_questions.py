@@ -141,9 +141,11 @@ class RemoteAsking:
             )
             outcome = await answer
         finally:
-            self.shared.filed.pop(question_id, None)
-            # Answered (anywhere) or withdrawn: the other servers stop asking.
+            # Answered (anywhere) or withdrawn: the other servers stop asking.  Ours
+            # until the close is stored: a notice of its filing read before then finds
+            # it open, and would put it to this server's clients a second time.
             closing = asyncio.ensure_future(self.shared.store.close_question(question_id))
+            closing.add_done_callback(lambda _: self.shared.filed.pop(question_id, None))
             with contextlib.suppress(StoreError, asyncio.CancelledError):
                 await asyncio.shield(closing)
         return schema.RequestPermissionResponse.model_validate({"outcome": orjson.loads(outcome)})
