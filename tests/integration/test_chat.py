@@ -254,6 +254,7 @@ def test_prompts_from_a_pipe_are_answered_line_by_line(crow_home, scripted_model
     assert done.returncode == 0, done.stderr
     assert done.stdout == "first reply\nnot written\n"
     assert "Warning" not in done.stderr and "nobody at a terminal to ask" in done.stderr
+    assert "them>" not in done.stderr  # its own prompts: in the pipe's input, not another's
     assert [user_text(r) for r in scripted_model.requests[:2]] == ["hello", "write \nit"]
     assert len(scripted_model.requests) == 3
 
