@@ -16,7 +16,7 @@ from typing import Any
 
 import pexpect
 import pytest
-from crow_testing.fakemodel import Hang, Text, ToolCalls
+from crow_testing.fakemodel import Error, Hang, Text, ToolCalls
 from crow_testing.serve_support import Terminals, write_config
 from test_serve_tools import probe_config
 
@@ -121,6 +121,23 @@ def test_ctrl_c_cancels_the_turn_and_the_next_turn_works(chat, scripted_model):
     see(child, "back again")
     prompt(child)
     assert child.isalive()
+
+
+def test_a_wait_the_status_line_named_is_over_once_the_reply_streams(chat, scripted_model):
+    """A notice's wait (here a retry; the embedded model's loading alike) has no end of
+    its own: the reply's first words end it, and the status line stops naming it."""
+    scripted_model.script(
+        Error(status=503, message="busy", retry_after=0.5),
+        Text(text="first words, then more after a pause", chunks=2, delay_s=2.0),
+    )
+    child = chat()
+    prompt(child)
+    child.send("go\r")
+    see(child, "retrying main in 0.5 s", "first words")
+    waits = [loose("waiting for the model"), loose("after a pause"), loose("retrying main")]
+    assert child.expect(waits, timeout=TIMEOUT) == 0  # not still "retrying" mid-reply
+    see(child, "after a pause")
+    prompt(child)
 
 
 def asked_to_write(chat, scripted_model):
@@ -254,6 +271,7 @@ def test_prompts_from_a_pipe_are_answered_line_by_line(crow_home, scripted_model
     assert done.returncode == 0, done.stderr
     assert done.stdout == "first reply\nnot written\n"
     assert "Warning" not in done.stderr and "nobody at a terminal to ask" in done.stderr
+    assert "them>" not in done.stderr  # its own prompts: in the pipe's input, not another's
     assert [user_text(r) for r in scripted_model.requests[:2]] == ["hello", "write \nit"]
     assert len(scripted_model.requests) == 3
 

@@ -289,6 +289,8 @@ class Chat:
                 return False
             finally:
                 self._forget(sent)
+            if turn.message_id:  # its user_message may come after this answer: still yours
+                self.follow.mine.add(turn.message_id)
             if await self.until(session.wait(turn)):
                 return True
             if self.meta and turn.stop_reason != "cancelled":

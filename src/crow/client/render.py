@@ -152,11 +152,14 @@ def status(projection: SessionProjection, update: Any) -> str | None:
     """What a quiet turn waits for after ``update``, for a status line; None if
     ``update`` changes nothing of it.  A ``notice`` (live only: tool servers
     starting, a retry, a model loading) says it in its title, and ``WAIT_OVER``
-    in its ``_meta`` when that wait is over."""
+    in its ``_meta`` when that wait is over; a load or a retry has no such notice,
+    and the model's first words end it."""
     kind = getattr(update, "session_update", None)
     if kind == "notice":
         meta = update.meta if isinstance(update.meta, dict) else {}
         return WAITING if meta.get(WAIT_OVER) else str(update.title)
+    if kind in ("agent_message_chunk", "agent_thought_chunk"):
+        return WAITING  # the model answers: between its words, the turn waits for it
     if kind == "tool_call_update" and _judging(projection, update):
         return JUDGE_AT_WORK if update.status == "in_progress" else None
     if kind == "tool_call_update" and update.status not in (schema.UNSET, None):
