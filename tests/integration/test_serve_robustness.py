@@ -139,6 +139,9 @@ def test_a_crash_mid_tool_call_is_closed_so_the_model_can_continue(crow, scripte
     tool_states = [u.get("status") for u in replayed if u["sessionUpdate"] == "tool_call_update"]
     assert tool_states[-1] == "failed"
     assert any("interrupted" in n for n in notes(replayed))
+    # How the turn ended, kept in the history (a replay drops state updates but the last).
+    [ended] = [u for u in replayed if u["sessionUpdate"] == "_crow/turnEnded"]
+    assert ended["stopReason"] == "error" and "interrupted" in ended["error"]["message"]
     assert replayed[-1]["state"] == "idle" and replayed[-1]["stopReason"] == "error"
     seen = later.run_turn(sid, "go on")
     assert seen[-1]["stopReason"] == "end_turn"

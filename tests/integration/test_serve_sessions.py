@@ -87,10 +87,12 @@ def test_kill_9_mid_turn_loses_nothing_and_closes_the_turn_honestly(crow, script
     seen = replayable(received)
     assert replay[: len(seen)] == seen
     tail = replay[len(seen) :]
-    assert [u["sessionUpdate"] for u in tail[-2:]] == ["agent_message", "state_update"]
-    assert "interrupted" in tail[-2]["content"][0]["text"]
+    kinds = [u["sessionUpdate"] for u in tail[-3:]]
+    assert kinds == ["agent_message", "_crow/turnEnded", "state_update"]  # as a failed turn's
+    assert "interrupted" in tail[-3]["content"][0]["text"]
+    assert tail[-2]["stopReason"] == "error"
     assert tail[-1]["stopReason"] == "error" and tail[-1]["state"] == "idle"
-    assert not [u for u in tail[:-2] if u["sessionUpdate"] == "user_message"]
+    assert not [u for u in tail[:-3] if u["sessionUpdate"] == "user_message"]
     # The session works again, and the model sees what the user saw of the reply.
     scripted_model.set_default(Text(text="resumed fine"))
     assert text_of(second.run_turn(sid, "go on")) == "resumed fine"

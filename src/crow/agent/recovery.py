@@ -32,7 +32,7 @@ from crow.ids import now
 from crow.store.db import SessionRecord, Store
 from crow.store.lease import expiry, owner_alive, this_process
 
-from .updates import idle_update, note_update, tool_call_update
+from .updates import idle_update, note_update, tool_call_update, turn_ended
 
 __all__ = ["INTERRUPTED", "Closing", "close_interrupted_turns", "closing_for", "is_orphaned"]
 
@@ -106,7 +106,8 @@ def closing_for(store: Store, session_id: str) -> Closing:
         if call.status not in _FINISHED_TOOL_STATES:
             closing.updates += _failed(call.tool_call_id)
     closing.updates.append(note_update(INTERRUPTED, "error"))
-    closing.updates.append(idle_update("error", INTERRUPTED))
+    idle = idle_update("error", INTERRUPTED)
+    closing.updates += [turn_ended(idle), idle]  # (a replay shows how the turn ended)
     return closing
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from crow.extensions import COMPLETION_TOKENS, MODEL, PROMPT_TOKENS, TURN_ENDED
+from crow.extensions import COMPLETION_TOKENS, MODEL, PROMPT_TOKENS
 from crow.ids import new_id, now
 from crow.models.errors import ContextLengthExceeded, ModelError
 from crow.models.events import (
@@ -65,6 +65,7 @@ from .updates import (
     note_update,
     state_update,
     title_update,
+    turn_ended,
     user_message,
 )
 
@@ -210,8 +211,7 @@ class Turn:
         tracing.set_attribute("crow.stop_reason", stop)
         update = idle_update(stop, error)
         if stop != "end_turn":  # history keeps how a turn ended; replay drops state_update
-            ended = {k: v for k, v in update.items() if k in ("stopReason", "error")}
-            await self.quietly(self.session.emit({"sessionUpdate": TURN_ENDED, **ended}))
+            await self.quietly(self.session.emit(turn_ended(update)))
         try:
             await self.session.emit(update)
         except StoreUnavailable as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from crow.acp.errors import INTERNAL_ERROR
-from crow.extensions import CLIENT, FROM, NOTICE
+from crow.extensions import CLIENT, FROM, NOTICE, TURN_ENDED
 from crow.ids import new_id, now
 
 __all__ = [
@@ -83,6 +83,13 @@ def idle_update(stop: str, error: str | None = None) -> Update:
     if error is not None:
         update["error"] = {"code": INTERNAL_ERROR, "message": error}
     return update
+
+
+def turn_ended(idle: Update) -> Update:
+    """``_crow/turnEnded`` for a turn that ``idle`` (``idle_update``) ends other than
+    with ``end_turn``: a replay drops state updates, and shows how it ended by this."""
+    ended: Update = {k: idle[k] for k in ("stopReason", "error") if k in idle}
+    return {"sessionUpdate": TURN_ENDED, **ended}
 
 
 def tool_call_update(call_id: str, **fields: Any) -> Update:
