@@ -274,8 +274,13 @@ def test_crow_memory_commands_round_trip(tmp_path, crow_home, scripted_model):
     ]
     stats = json.loads(crow_memory("--json", "stats").stdout)
     assert stats["memories"] == 4 and stats["search"] == "hybrid"
-    forgot = crow_memory("forget", memory_id, "mem_0000000000000000")
-    assert forgot.returncode == 1 and "no such memory" in forgot.stderr
+    forgot = crow_memory("forget", memory_id, "mem_0000000000000000", "mem_nope")
+    assert forgot.returncode == 1
+    assert forgot.stderr.splitlines() == [
+        "crow memory: mem_0000000000000000: no such memory",
+        "crow memory: 'mem_nope' is not a memory id: an id is mem_ and 16 hex digits "
+        "(crow memory list shows them)",
+    ]
     records = [json.loads(line) for line in exported.read_text().splitlines()]
     assert [r["id"] for r in records] == [memory_id]
 

@@ -130,11 +130,11 @@ def _forget(store: Any, place: MemoryPlace, args: argparse.Namespace) -> int:
         try:
             gone = store.forget(memory_id)
         except MemoryError as exc:
-            gone, why = None, str(exc)
+            gone, why = None, str(exc)  # (it names the id)
         else:
-            why = "no such memory"
+            why = f"{memory_id}: no such memory"
         if gone is None:
-            print(f"crow memory: {memory_id}: {why}", file=sys.stderr)
+            print(f"crow memory: {why}", file=sys.stderr)
             status = EXIT_FAILED
         else:
             _out(args, {"forgotten": memory_id}, f"forgot {memory_id}: {gone.text}")

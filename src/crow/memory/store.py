@@ -482,7 +482,10 @@ class MemoryStore:
     def forget(self, memory_id: str) -> Memory | None:
         """Delete one memory; returns it (None if there was none)."""
         if not MEMORY_ID.fullmatch(memory_id):
-            raise MemoryError(f"{memory_id!r} is not a memory id (they look like mem_0123…)")
+            raise MemoryError(
+                f"{memory_id!r} is not a memory id: an id is mem_ and 16 hex digits "
+                "(crow memory list shows them)"
+            )
 
         def forget() -> Memory | None:
             with self._lock:
