@@ -193,6 +193,41 @@ def test_ctrl_c_in_the_judge_leaves_in_one_line(crow_home, scripted_model, termi
         server.stop()
 
 
+def test_a_judge_stopped_by_sigterm_can_be_started_again_at_once(crow_home, scripted_model):
+    """A supervisor stops crow judge with SIGTERM: its HTTP connection is closed on
+    the way out, so the judge started again is not refused as a second one (it was,
+    until the server expired the dead connection a minute later)."""
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    server = HttpServer()
+    judges: list[subprocess.Popen[str]] = []
+    try:
+        scripted_model.script(Text(text="hello"))
+        first = crow("run", "--json", "--url", server.url, "hi")
+        session = first.stdout.splitlines()[-1].split('"')[3]
+        for _ in range(2):
+            judge = subprocess.Popen(
+                [*CROW, "judge", "--url", server.url, "--session", session],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            judges.append(judge)
+            assert judge.stderr is not None
+            said = judge.stderr.readline()
+            assert "watching session" in said, said + judge.stderr.read()
+            judge.terminate()
+            assert judge.wait(timeout=TIMEOUT) == 143
+            assert judge.stderr.read() == ""  # quietly
+    finally:
+        for judge in judges:
+            if judge.poll() is None:
+                judge.kill()
+            if judge.stderr is not None:
+                judge.stderr.close()
+        server.stop()
+
+
 def test_ctrl_c_in_the_conductor_leaves_in_one_line(crow_home, scripted_model, terminal):
     write_config(crow_home, scripted_model.base_url)
     child = terminal.start("conductor", "agent", f"{sys.executable} -m crow serve")

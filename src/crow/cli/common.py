@@ -15,16 +15,20 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ..config import ConfigError, load_config
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from ..config import Config
 
 __all__ = [
     "EXIT_CONNECTION",
     "EXIT_INTERRUPTED",
     "EXIT_NO_SESSION",
+    "EXIT_TERMINATED",
     "EXIT_USAGE",
     "Refused",
     "config_or_refuse",
     "exit_now",
+    "run_until_terminated",
     "tell_the_reaper",
 ]
 
@@ -32,6 +36,7 @@ EXIT_USAGE = 2
 EXIT_CONNECTION = 7  # the agent or the store cannot be reached
 EXIT_NO_SESSION = 10  # as crow run, chat and sessions say it
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports it
+EXIT_TERMINATED = 143  # SIGTERM, as a shell reports it
 
 
 class Refused(Exception):
@@ -49,6 +54,38 @@ def config_or_refuse(who: str = "crow", **overrides: Any) -> Config:
         return load_config(**overrides)
     except ConfigError as exc:
         raise Refused(f"{who}: {exc}") from None
+
+
+def run_until_terminated(main: Coroutine[Any, Any, int]) -> int:
+    """``asyncio.run(main)``, a SIGTERM ending it as a cancel does: what ``main``
+    holds is closed on the way out (an HTTP connection is deleted on the server,
+    where it would otherwise live on until it expires: a judge restarted at once
+    was refused as a second judge for a minute), then exit 143, quietly."""
+    import asyncio  # (this module loads with every command: asyncio only for these)
+    import signal
+
+    async def guarded() -> int:
+        loop = asyncio.get_running_loop()
+        running = asyncio.current_task()
+        assert running is not None
+        terminated = False
+
+        def terminate() -> None:
+            nonlocal terminated
+            terminated = True
+            running.cancel()
+
+        loop.add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            return await main
+        except asyncio.CancelledError:
+            if terminated:
+                return EXIT_TERMINATED
+            raise
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    return asyncio.run(guarded())
 
 
 def tell_the_reaper() -> None:

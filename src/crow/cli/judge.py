@@ -20,7 +20,13 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .common import EXIT_CONNECTION, EXIT_NO_SESSION, EXIT_USAGE, config_or_refuse
+from .common import (
+    EXIT_CONNECTION,
+    EXIT_NO_SESSION,
+    EXIT_USAGE,
+    config_or_refuse,
+    run_until_terminated,
+)
 
 if TYPE_CHECKING:
     from crow.config import Config
@@ -74,7 +80,8 @@ def main(args: argparse.Namespace) -> int:
             f"crow judge: no model {model} (these are: {', '.join(config.models)})", file=sys.stderr
         )
         return EXIT_USAGE
-    return asyncio.run(_judge(args, config, model))  # Ctrl-C: crow.cli.app says so, 130
+    # Ctrl-C: crow.cli.app says so, 130; SIGTERM (a supervisor) closes the connection, 143.
+    return run_until_terminated(_judge(args, config, model))
 
 
 async def _judge(args: argparse.Namespace, config: Config, model: str) -> int:
