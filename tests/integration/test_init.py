@@ -72,6 +72,10 @@ def test_init_names_the_models_of_an_ollama_server_and_run_uses_them(
     config = load_config(Paths(home=crow_home))
     assert config.chain[0] == "gemma3:270m"
     assert config.providers["ollama"].base_url == scripted_model.base_url
+    assert written.stderr.splitlines()[-1] == (
+        f"crow: the models, in the order they are tried: {', '.join(config.chain)} "
+        "(crow models --check asks each)"
+    )
     if embedded_available():
         assert config.chain[-1] == "smollm2-135m"  # the last fallback
     scripted_model.script(Text(text="from ollama"))

@@ -50,4 +50,22 @@ def main(args: argparse.Namespace) -> int:
     for line in said:
         print(f"crow: {line}", file=sys.stderr)
     print(f"wrote {written}")
+    _say_the_chain(paths)
     return 0
+
+
+def _say_the_chain(paths: Paths) -> None:
+    """Which models will answer, read back from what was written (stderr)."""
+    from ..config import ConfigError, load_config
+
+    try:
+        chain = load_config(paths).chain
+    except ConfigError as exc:  # (an environment override that does not load)
+        print(f"crow: {exc}", file=sys.stderr)
+        return
+    if chain:
+        print(
+            f"crow: the models, in the order they are tried: {', '.join(chain)} "
+            "(crow models --check asks each)",
+            file=sys.stderr,
+        )
