@@ -130,15 +130,21 @@ def terminal(crow_home: Path, tmp_path: Path) -> Iterator[Terminals]:
     terminals.close()
 
 
-def interrupted(child: Any) -> str:
+def ctrl_c(child: Any) -> str:
     """Press Ctrl-C (SIGINT to the terminal's foreground group); the command leaves
-    with 130, one line and no traceback.  Returns what it printed after the Ctrl-C."""
+    with 130 and no traceback or warning.  Returns what it printed after the Ctrl-C."""
     child.sendintr()
     child.expect(pexpect.EOF)
     child.close()
     said = (child.before or "").replace("\r", "")
     assert "Traceback" not in said and "Warning" not in said, said
     assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, said)
+    return str(said)
+
+
+def interrupted(child: Any) -> str:
+    """``ctrl_c``, and the command says so in one line."""
+    said = ctrl_c(child)
     assert said.strip().splitlines()[-1:] == ["crow: interrupted"], said
     return said
 
@@ -232,11 +238,7 @@ def test_ctrl_c_in_the_conductor_leaves_in_one_line(crow_home, scripted_model, t
     write_config(crow_home, scripted_model.base_url)
     child = terminal.start("conductor", "agent", f"{sys.executable} -m crow serve")
     child.expect(pexpect.TIMEOUT, timeout=2)  # the chain waits for its client's initialize
-    child.sendintr()
-    child.expect(pexpect.EOF)
-    child.close()
-    said = (child.before or "").replace("\r", "")
-    assert "Traceback" not in said and child.exitstatus == 130, said
+    said = ctrl_c(child)
     assert len(said.strip().splitlines()) <= 1, said
 
 
@@ -254,12 +256,7 @@ def test_ctrl_c_while_crows_modules_load_leaves_in_one_line(crow_home, scripted_
 def test_ctrl_c_while_crow_serve_starts_at_a_terminal_is_quiet(crow_home, terminal):
     child = terminal.start("serve")
     child.expect("speaking ACP")  # said at a terminal, as the agent's layers load and start
-    child.sendintr()  # at once: while it is still starting
-    child.expect(pexpect.EOF)
-    child.close()
-    said = (child.before or "").replace("\r", "")
-    assert "Traceback" not in said and "never awaited" not in said, said
-    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, said)
+    ctrl_c(child)  # at once: while it is still starting (no "never awaited" warning)
 
 
 def test_ctrl_c_stops_crow_serve_http_closes_the_store_and_leaves_with_130(crow_home, terminal):
@@ -267,12 +264,7 @@ def test_ctrl_c_stops_crow_serve_http_closes_the_store_and_leaves_with_130(crow_
     child.expect(r"serving ACP at (http://\S+)/acp")
     healthz = httpx.get(f"{child.match.group(1)}/healthz", timeout=TIMEOUT)
     assert healthz.status_code == 200  # serving, its store open
-    child.sendintr()
-    child.expect(pexpect.EOF)
-    child.close()
-    said = (child.before or "").replace("\r", "")
-    assert "Traceback" not in said and "Warning" not in said, said
-    assert child.exitstatus == 130, (child.exitstatus, child.signalstatus, said)
+    ctrl_c(child)  # a graceful stop, quietly
     assert not (crow_home / "crow.db-wal").exists()  # the store was closed, not cut off
     assert not list((crow_home / "run").glob("*.json"))  # clients no longer find it
 
