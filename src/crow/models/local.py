@@ -168,7 +168,8 @@ class LocalModels:
             raise ModelRejected(f"{spec.name}: {exc}", model=spec.name) from None
         if not path.is_file():
             raise ModelRejected(
-                f"{spec.name}: no GGUF file at {path} (a local model's id is the file's path)",
+                f"{spec.name}: no GGUF file at {path} (a local model's id is the file's "
+                "path; crow models lists the models configured)",
                 model=spec.name,
             )
         try:
