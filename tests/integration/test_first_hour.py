@@ -269,14 +269,59 @@ def test_ctrl_c_stops_crow_serve_http_closes_the_store_and_leaves_with_130(crow_
     assert not list((crow_home / "run").glob("*.json"))  # clients no longer find it
 
 
-def test_sigterm_stops_crow_serve_http_closes_the_store_and_ends_by_the_signal(crow_home):
-    server = HttpServer(env={"CROW_HOME": str(crow_home)})
+def test_ctrl_c_again_leaves_crow_serve_http_without_waiting_for_its_turns(
+    crow_home, scripted_model, terminal
+):
+    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    scripted_model.script(Hang())
+    child = terminal.start("serve", "--http", "127.0.0.1:0")
+    child.expect(r"serving ACP at (http://\S+)")
+    running = subprocess.Popen(
+        [*CROW, "run", "--url", child.match.group(1), "wait for me"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        healthz = server.bare_url.removesuffix("/acp") + "/healthz"
-        assert httpx.get(healthz, timeout=TIMEOUT).status_code == 200
+        scripted_model.wait_for_requests(1, timeout=TIMEOUT)  # a turn runs
+        child.sendintr()  # a graceful stop: the turn gets [server] shutdown_grace_s (30 s)
+        child.expect(pexpect.TIMEOUT, timeout=1)
+        child.sendintr()
+        child.expect(pexpect.EOF, timeout=10)  # (a bound well under the grace)
+        child.close()
+        assert child.exitstatus == 130, (child.exitstatus, child.signalstatus)
+        assert "Traceback" not in (child.before or ""), child.before
     finally:
-        server.stop()  # SIGTERM
-    assert server.process.returncode == -signal.SIGTERM
+        running.kill()
+        running.wait()
+
+
+def test_sigterm_stops_crow_serve_http_closes_the_store_and_ends_by_the_signal(
+    crow_home, scripted_model
+):
+    """With a turn running for a client on an SSE stream: the stream ends at once
+    (uvicorn waited 3 s for it, then cancelled it with two tracebacks on stderr)."""
+    grace = "[tools]\nbuiltin = []\n[server]\nshutdown_grace_s = 1\n"
+    write_config(crow_home, scripted_model.base_url, extra=grace)
+    scripted_model.script(Hang())
+    server = HttpServer(env={"CROW_HOME": str(crow_home)})
+    running = subprocess.Popen(
+        [*CROW, "run", "--url", server.url, "wait for me"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        scripted_model.wait_for_requests(1, timeout=TIMEOUT)  # a turn runs, streamed
+        server.process.terminate()
+        assert server.process.stderr is not None
+        said = server.process.stderr.read()
+        assert server.process.wait(timeout=TIMEOUT) == -signal.SIGTERM
+    finally:
+        server.stop()
+        running.kill()
+        running.wait()
+    assert "Traceback" not in said and "ERROR" not in said, said
     assert not (crow_home / "crow.db-wal").exists()
 
 

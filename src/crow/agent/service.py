@@ -183,10 +183,11 @@ class CrowAgent:
                 self.unload_if_unwatched(session, quiet=False)
         self.maybe_quiet()  # once: each check looks at every live session
 
-    async def shutdown(self, grace_s: float = 0.0) -> None:
+    async def shutdown(self, grace_s: float = 0.0, hurry: asyncio.Event | None = None) -> None:
         """Let running turns finish for up to ``grace_s`` (a server stopping on
-        SIGTERM: its clients resume elsewhere and watch the turn end there), then
-        cancel the rest; each ends with idle/cancelled in the store.  Once only."""
+        SIGTERM: its clients resume elsewhere and watch the turn end there), or until
+        ``hurry`` is set (Ctrl-C again), then cancel the rest; each ends with
+        idle/cancelled in the store.  Once only."""
         if self._shut_down:
             return
         self._shut_down = True
@@ -194,8 +195,9 @@ class CrowAgent:
         self.memory.close()
         running = [s.turn.task for s in self.live.values() if s.turn and s.turn.task]
         if grace_s > 0 and (running := [t for t in running if not t.done()]):
-            log.warning("waiting up to %.0f s for %d running turns", grace_s, len(running))
-            await asyncio.wait(running, timeout=grace_s)
+            again = " (Ctrl-C again cancels them)" if hurry is not None else ""
+            log.warning("waiting up to %.0f s for %d running turns%s", grace_s, len(running), again)
+            await _until_done_or(running, hurry, grace_s)
         await self.cluster.aclose()
         if self.judge is not None:
             await self.judge.aclose()
@@ -375,3 +377,18 @@ def _bind(handler: Any, watcher: Watcher) -> Any:
             raise InternalError(f"{exc}: try again shortly") from None
 
     return bound
+
+
+async def _until_done_or(
+    tasks: list[asyncio.Task[Any]], hurry: asyncio.Event | None, timeout: float
+) -> None:
+    """Wait for every task, for ``timeout`` at most, or until ``hurry`` is set."""
+    finished = asyncio.ensure_future(asyncio.wait(tasks))
+    waits: list[asyncio.Future[Any]] = [finished]
+    if hurry is not None:
+        waits.append(asyncio.ensure_future(hurry.wait()))
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()  # (the tasks themselves go on: the caller cancels them)

@@ -263,6 +263,8 @@ async def _serve_on(
     app = WebApp(probes, check_place=security.check_place)
     published: list[Path] = []  # the runtime file, once written
     stopped_by: list[int] = []  # the signals that stopped the server (SIGINT, SIGTERM)
+    hurry = asyncio.Event()  # Ctrl-C again: the running turns get no more grace
+    loop = asyncio.get_running_loop()
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -282,15 +284,24 @@ async def _serve_on(
                     signal.signal(sig, handler)
 
         def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if sig == signal.SIGINT and signal.SIGINT in stopped_by:
+                # Ctrl-C again: no more grace for the running turns.  Not uvicorn's
+                # force_exit, which skips the app's lifespan end (a traceback).
+                loop.call_soon_threadsafe(hurry.set)  # (a signal handler: not hurry.set)
+                return
             stopped_by.append(sig)
             _unpublish(published)  # clients stop finding a server that is stopping
             super().handle_exit(sig, frame)
 
         async def shutdown(self, sockets: Any = None) -> None:
             # Connections are closed (their clients reconnect elsewhere and resume from
-            # their cursor); running turns then get the grace period to finish.
+            # their cursor); running turns then get the grace period to finish, or
+            # until Ctrl-C again after a Ctrl-C.
+            acp.close_all()  # their streams end: uvicorn has no response to wait for
             await super().shutdown(sockets=sockets)
-            await agent.shutdown(grace_s=config.server.shutdown_grace_s)
+            interrupted = signal.SIGINT in stopped_by
+            grace_s = config.server.shutdown_grace_s
+            await agent.shutdown(grace_s=grace_s, hurry=hurry if interrupted else None)
 
     server = Server(
         uvicorn.Config(

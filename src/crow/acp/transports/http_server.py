@@ -236,6 +236,13 @@ class AcpHttpApp:
             return http_error(410, f"Acp-Connection-Id {connection_id} is gone: {why}")
         return http_error(404, "unknown Acp-Connection-Id: initialize a new connection")
 
+    def close_all(self) -> None:
+        """End every connection: the server stops.  Call it before the ASGI server
+        waits for its responses to finish (uvicorn's shutdown, before the lifespan's
+        end), or an open SSE stream is waited for, then cancelled with a traceback."""
+        for transport in list(self.connections.values()):
+            transport.close()
+
     # ---- idle expiry ------------------------------------------------------------------
     def _start_reaper(self) -> None:
         if self.reaper is None or self.reaper.done():
@@ -392,8 +399,7 @@ class AcpHttpApp:
             if message["type"] == "lifespan.startup":
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                for transport in list(self.connections.values()):
-                    transport.close()
+                self.close_all()
                 if self.reaper is not None:
                     self.reaper.cancel()
                 if self.tasks:
