@@ -30,7 +30,10 @@ ECHO = shlex.join([sys.executable, str(ROOT / "examples" / "echo_agent.py")])
 def test_ctrl_c_in_crow_run_cancels_the_turn_through_the_chain(
     crow_home: Path, scripted_model: Any, tmp_path: Path
 ) -> None:
-    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    # A model call waits 60 s (the tests' 5 s could end the hang before the Ctrl-C on
+    # a loaded machine: a retry, then "no scripted reply").
+    extra = "[tools]\nbuiltin = []\n"
+    write_config(crow_home, scripted_model.base_url, extra=extra, timeout_s=60.0)
     env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
     terminals = Terminals(env, tmp_path, TIMEOUT)
     scripted_model.script(Hang())

@@ -26,7 +26,10 @@ TIMEOUT = 20
 @pytest.fixture
 def run(crow_home: Path, scripted_model: Any, tmp_path: Path) -> Iterator[Any]:
     env = dict(os.environ, TERM="dumb", NO_COLOR="1", CROW_HOME=str(crow_home))
-    write_config(crow_home, scripted_model.base_url, extra="[tools]\nbuiltin = []\n")
+    # A model call waits 60 s (the tests' 5 s could end a hang before the Ctrl-C on a
+    # loaded machine: a retry, then "no scripted reply").
+    extra = "[tools]\nbuiltin = []\n"
+    write_config(crow_home, scripted_model.base_url, extra=extra, timeout_s=60.0)
     terminals = Terminals(env, tmp_path, TIMEOUT)
     yield lambda *args: terminals.start("run", *args)
     terminals.close()
