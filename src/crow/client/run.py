@@ -129,6 +129,7 @@ async def _run(
             print(f"crow: {NO_KEY}", file=sys.stderr)
             return EXIT_USAGE
         asker.projection = session.projection
+        began = asyncio.Event()
         renderer, notes = _attach_output(
             client,
             session,
@@ -137,6 +138,7 @@ async def _run(
             json_lines=args.json,
             paint=asker.paint,
             prompt=prompt,
+            began=began,
         )
         judged = VerdictWaiter(session, verdicts)
         _leave_when_the_reader_goes(session)
@@ -144,7 +146,8 @@ async def _run(
             turn = await _prompt(session, prompt, screen, no_wait=args.no_wait)
             if turn is None:
                 return EXIT["cancelled"]  # withdrawn from the queue
-            screen.say("working")
+            if not began.is_set():  # (its updates may come before the answer)
+                screen.say("working")
             if await _wait(session, _until_done(session, turn, asker), screen):
                 return EXIT_INTERRUPTED
             opened["stop"] = turn.stop_reason or "end_turn"
@@ -249,10 +252,12 @@ def _attach_output(
     json_lines: bool,
     paint: Paint,
     prompt: str,
+    began: asyncio.Event,
 ) -> tuple[TextRenderer, list[str]]:
     """Render the session's updates; returns the renderer and the lines written to
     stderr about them (notes included).  On a terminal a tool call in flight is shown
-    in place (the status line), and only its end as a line."""
+    in place (the status line), and only its end as a line.  ``began`` is set once an
+    update of the turn said what it waits for."""
     renderer = TextRenderer(session.projection, cast(TextIO, ReplyStream(screen)), verdicts)
     shown: list[str] = []
     # On a busy session the prompt is queued: what runs first is another client's
@@ -273,7 +278,10 @@ def _attach_output(
             screen.write(json.dumps({"sessionId": session_id, "update": update.to_wire()}) + "\n")
         else:
             renderer.update(update)
-        screen.say(status(session.projection, update) or screen.status)
+        said = status(session.projection, update)
+        if said is not None:
+            began.set()  # the turn says what it waits for: "working" would hide it
+        screen.say(said or screen.status)
         tool = tool_line(session.projection, update)
         if tool is not None and screen.in_place:
             line, over = tool
