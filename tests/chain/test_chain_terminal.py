@@ -41,7 +41,7 @@ def test_ctrl_c_in_crow_run_cancels_the_turn_through_the_chain(
     try:
         child = terminals.start("run", "--command", chain, "wait for me")
         scripted_model.wait_for_requests(1, timeout=TIMEOUT)
-        child.expect("waiting for the model…")
+        child.expect(r"(working|waiting for the model)…")  # the status line: the turn runs
         child.sendintr()
         child.expect("cancelling")
         child.expect(pexpect.EOF)
