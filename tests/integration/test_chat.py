@@ -123,23 +123,6 @@ def test_ctrl_c_cancels_the_turn_and_the_next_turn_works(chat, scripted_model):
     assert child.isalive()
 
 
-def test_a_wait_the_status_line_named_is_over_once_the_reply_streams(chat, scripted_model):
-    """A notice's wait (here a retry; the embedded model's loading alike) has no end of
-    its own: the reply's first words end it, and the status line stops naming it."""
-    scripted_model.script(
-        Error(status=503, message="busy", retry_after=0.5),
-        Text(text="first words, then more after a pause", chunks=2, delay_s=2.0),
-    )
-    child = chat()
-    prompt(child)
-    child.send("go\r")
-    see(child, "retrying main in 0.5 s", "first words")
-    waits = [loose("waiting for the model"), loose("after a pause"), loose("retrying main")]
-    assert child.expect(waits, timeout=TIMEOUT) == 0  # not still "retrying" mid-reply
-    see(child, "after a pause")
-    prompt(child)
-
-
 def asked_to_write(chat, scripted_model):
     """A chat whose turn waits on a permission question (the probe's touch)."""
     scripted_model.script(
@@ -379,7 +362,6 @@ def test_help_lists_every_command_and_title_confirms(chat, scripted_model):
 
 
 def test_model_names_the_model_that_actually_answers(chat, scripted_model):
-    from crow_testing.fakemodel import Error
 
     scripted_model.script(Error(status=400, message="no such model"), Text(text="from backup"))
     child = chat(
